@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what breakwater needs on Debian 12 (apt packages, as root or with sudo), then configures
+# and builds it (Release, out of tree in build/). Idempotent, and quiet when there is nothing to do.
+#   BW_BUILD_DIR   build folder (default: build/ in the source tree)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BW_BUILD_DIR:-$root/build}
+
+pkgs=(build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
+      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtorch-dev fortunes librsvg2-bin)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "breakwater setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "breakwater setup: configuring $build"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+# Show what is being compiled, hide the bookkeeping lines make prints when nothing changed.
+cmake --build "$build" -j"$(nproc)" 2>&1 |
+  { grep -vE 'Built target|Consolidate compiler|Scanning dependencies|^make\[[0-9]\]: (Entering|Leaving)' || true; }
