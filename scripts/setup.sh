@@ -7,7 +7,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BW_BUILD_DIR:-$root/build}
 
 pkgs=(build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtorch-dev libgloo-dev fortunes librsvg2-bin)
+      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtorch-dev libgloo-dev libopenblas0-openmp fortunes librsvg2-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
