@@ -14,10 +14,10 @@ namespace bw::plan {
 struct Cluster {
   int num_nodes = 1;
   int devices_per_node = 1;
-  double device_memory_gb = 80;    // per device, in GB (1e9 bytes)
-  double intra_node_gbps = 2400;   // NVLink-class link between devices of one node
-  double inter_node_gbps = 200;    // per node network bandwidth
-  double latency_us = 5;           // per point-to-point message
+  double device_memory_gb = 80;   // per device, in GB (1e9 bytes)
+  double intra_node_gbps = 2400;  // NVLink-class link between devices of one node
+  double inter_node_gbps = 200;   // per node network bandwidth
+  double latency_us = 5;          // per point-to-point message
 
   double device_memory_bytes() const { return device_memory_gb * 1e9; }
   // Milliseconds to move `bytes` over one link (latency included).

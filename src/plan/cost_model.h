@@ -41,14 +41,14 @@ struct CostOptions {
 };
 
 struct PipelineCost {
-  std::vector<double> stage_ms;       // t_s
-  std::vector<double> stage_memory;   // mem_s in bytes, per device
+  std::vector<double> stage_ms;      // t_s
+  std::vector<double> stage_memory;  // mem_s in bytes, per device
   double sum_ms = 0;
   double max_ms = 0;
-  int bottleneck = 0;                 // largest t_s (first such index)
-  double iteration_ms = 0;            // T(m)
+  int bottleneck = 0;       // largest t_s (first such index)
+  double iteration_ms = 0;  // T(m)
   double peak_memory_bytes = 0;
-  bool fits = false;                  // every stage's memory <= the device memory
+  bool fits = false;  // every stage's memory <= the device memory
 };
 
 // Prefix sums over a profile for O(1) stage costs.
@@ -61,7 +61,7 @@ class CostModel {
   const CostOptions& options() const { return options_; }
   const Cluster& cluster() const { return cluster_; }
 
-  double compute_ms(int first, int count) const;     // sum of F + B over the layers
+  double compute_ms(int first, int count) const;  // sum of F + B over the layers
   double forward_ms(int first, int count) const;
   double backward_ms(int first, int count) const;
   double param_bytes(int first, int count) const;

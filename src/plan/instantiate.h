@@ -37,8 +37,8 @@ void resplit(Plan& plan, const Cluster& cluster);
 Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
                  int fault_tolerance, int microbatches, const Cluster& cluster);
 // Nodes 0 .. num_nodes - 1.
-Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                 int microbatches, const Cluster& cluster);
+Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_tolerance, int microbatches,
+                 const Cluster& cluster);
 
 // Pipeline counts per template node count chosen by instantiate's optimisation (exposed for
 // tests): returns (node count, pipelines) pairs, ascending by node count, and the min-max time.

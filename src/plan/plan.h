@@ -20,7 +20,7 @@ struct Pipeline {
   Template tmpl;
   std::vector<NodeId> nodes;  // tmpl.num_nodes entries; stage s runs on nodes[stages[s].node]
   int microbatches = 0;
-  double iteration_ms = 0;    // tmpl.iteration_ms(microbatches)
+  double iteration_ms = 0;  // tmpl.iteration_ms(microbatches)
 
   NodeId node_of_stage(int stage) const { return nodes[tmpl.stages[stage].node]; }
 };

@@ -22,7 +22,7 @@ struct LayerProfile {
   std::string name;
   double forward_ms = 0;
   double backward_ms = 0;
-  std::optional<double> backward_input_ms;   // zero-bubble split of backward (optional)
+  std::optional<double> backward_input_ms;  // zero-bubble split of backward (optional)
   std::optional<double> backward_weight_ms;
   double activation_bytes = 0;  // kept per microbatch until the layer's backward
   double output_bytes = 0;      // sent to the next layer per microbatch

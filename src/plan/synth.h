@@ -25,8 +25,8 @@ struct ModelSpec {
 
 struct DeviceSpec {
   std::string name;
-  double peak_tflops = 0;  // dense fp16/bf16 (fp32 for CPUs)
-  double efficiency = 0.5; // achieved fraction of peak
+  double peak_tflops = 0;   // dense fp16/bf16 (fp32 for CPUs)
+  double efficiency = 0.5;  // achieved fraction of peak
   double memory_gb = 0;
 };
 

@@ -30,12 +30,12 @@ struct Stage {
   int node = 0;          // node index within the pipeline, 0 .. num_nodes - 1
   int first_device = 0;  // first local device on that node
   int num_devices = 0;
-  double forward_ms = 0;   // per microbatch, compute only, already divided by num_devices
+  double forward_ms = 0;  // per microbatch, compute only, already divided by num_devices
   double backward_ms = 0;
-  double comm_ms = 0;      // boundary transfer to the next stage, both directions
-  double stage_ms = 0;     // forward + backward + comm
-  double param_bytes = 0;  // of the stage's layers (each device holds all of them)
-  double memory_bytes = 0; // peak per device under the template's schedule
+  double comm_ms = 0;       // boundary transfer to the next stage, both directions
+  double stage_ms = 0;      // forward + backward + comm
+  double param_bytes = 0;   // of the stage's layers (each device holds all of them)
+  double memory_bytes = 0;  // peak per device under the template's schedule
 
   int end_layer() const { return first_layer + num_layers; }  // one past the last
 };
@@ -53,11 +53,11 @@ struct Template {
   int devices_per_node = 0;
   std::string schedule = "1f1b";  // "1f1b", "interleaved", "hanayo-w1", "hanayo-w2", ...
   std::vector<Stage> stages;
-  int microbatches = 0;           // the m it was optimised for
+  int microbatches = 0;  // the m it was optimised for
   double sum_stage_ms = 0;
   double max_stage_ms = 0;
   int bottleneck = 0;
-  ScheduleEstimate estimate;      // of `schedule`
+  ScheduleEstimate estimate;  // of `schedule`
   double peak_memory_bytes = 0;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
@@ -72,11 +72,11 @@ using ScheduleEvaluator =
     std::function<std::optional<ScheduleEstimate>(const Template&, const std::string& kind)>;
 
 struct TemplateOptions {
-  CostOptions cost;                     // microbatches m and the memory model
-  int min_nodes = 1;                    // range of node counts to produce
-  int max_nodes = 0;                    // 0: the cluster's node count
+  CostOptions cost;                         // microbatches m and the memory model
+  int min_nodes = 1;                        // range of node counts to produce
+  int max_nodes = 0;                        // 0: the cluster's node count
   std::vector<std::string> schedule_kinds;  // extra kinds to try besides 1f1b
-  ScheduleEvaluator evaluator;          // required when schedule_kinds is not empty
+  ScheduleEvaluator evaluator;              // required when schedule_kinds is not empty
 };
 
 struct TemplateSet {
@@ -98,7 +98,6 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
 
 // Builds a Template from a stage shape (fills times, memory, node placement). Used by the
 // search and by tests.
-Template make_template(const CostModel& model, const std::vector<StageShape>& shape,
-                       int num_nodes);
+Template make_template(const CostModel& model, const std::vector<StageShape>& shape, int num_nodes);
 
 }  // namespace bw::plan
