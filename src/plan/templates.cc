@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 
 #include "core/check.h"
 
@@ -123,39 +124,54 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   };
   at(L, 0).push_back({0, 0, 0, L, 0, -1});
 
-  std::vector<Label> cand;
-  for (int i = L - 1; i >= 0; --i) {
-    const int u_max = std::min(U, (L - i) * g);
-    for (int u = 1; u <= u_max; ++u) {
-      cand.clear();
-      // The first stage takes devices [u - d, u) counted from the end; it must not straddle
-      // the node boundary below device u - 1.
-      const int d_max = (u - 1) % g + 1;
-      for (int d = 1; d <= d_max; ++d) {
-        const int rest = u - d;
-        const bool next_same_node = rest % g != 0;
-        for (int e = i + 1; e <= L; ++e) {
-          const int count = e - i;
-          const double fixed_mem = state * model.param_bytes(i, count);
-          const double act = model.activation_bytes(i, count) / d;
-          if (fixed_mem + act > mem_limit) break;  // grows with e
-          if ((e == L) != (rest == 0)) continue;
-          if (rest > (L - e) * g) continue;
-          const auto& next = at(e, rest);
-          if (next.empty()) continue;
-          double t = model.stage_compute_ms(i, count, d);
-          if (e < L) t += model.comm_ms(e - 1, next_same_node);
-          for (int k = 0; k < static_cast<int>(next.size()); ++k) {
-            const Label& nl = next[k];
-            const int in_flight = std::min(m, nl.stages + 1);
-            if (fixed_mem + in_flight * act > mem_limit) continue;
-            cand.push_back(
-                {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(m, nl.stages + 1), e, d, k});
-          }
+  // State (i, u) depends only on states with a larger first layer, so all u of one i are
+  // independent: they are split over threads, and each state's result is the same whatever
+  // thread computes it (deterministic output).
+  auto compute_state = [&](int i, int u, std::vector<Label>& cand) {
+    cand.clear();
+    // The first stage takes devices [u - d, u) counted from the end; it must not straddle
+    // the node boundary below device u - 1.
+    const int d_max = (u - 1) % g + 1;
+    for (int d = 1; d <= d_max; ++d) {
+      const int rest = u - d;
+      const bool next_same_node = rest % g != 0;
+      for (int e = i + 1; e <= L; ++e) {
+        const int count = e - i;
+        const double fixed_mem = state * model.param_bytes(i, count);
+        const double act = model.activation_bytes(i, count) / d;
+        if (fixed_mem + act > mem_limit) break;  // grows with e
+        if ((e == L) != (rest == 0)) continue;
+        if (rest > (L - e) * g) continue;
+        const auto& next = at(e, rest);
+        if (next.empty()) continue;
+        double t = model.stage_compute_ms(i, count, d);
+        if (e < L) t += model.comm_ms(e - 1, next_same_node);
+        for (int k = 0; k < static_cast<int>(next.size()); ++k) {
+          const Label& nl = next[k];
+          const int in_flight = std::min(m, nl.stages + 1);
+          if (fixed_mem + in_flight * act > mem_limit) continue;
+          cand.push_back(
+              {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(m, nl.stages + 1), e, d, k});
         }
       }
-      if (!cand.empty()) prune(cand, at(i, u));
     }
+    if (!cand.empty()) prune(cand, at(i, u));
+  };
+  const int threads = std::max(1, options.threads);
+  std::vector<std::vector<Label>> scratch(threads);
+  for (int i = L - 1; i >= 0; --i) {
+    const int u_max = std::min(U, (L - i) * g);
+    if (threads == 1 || u_max < 4 * threads) {
+      for (int u = 1; u <= u_max; ++u) compute_state(i, u, scratch[0]);
+      continue;
+    }
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (int u = 1 + t; u <= u_max; u += threads) compute_state(i, u, scratch[t]);
+      });
+    }
+    for (auto& th : pool) th.join();
   }
 
   TemplateSet set;

@@ -77,6 +77,7 @@ struct TemplateOptions {
   int max_nodes = 0;                        // 0: the cluster's node count
   std::vector<std::string> schedule_kinds;  // extra kinds to try besides 1f1b
   ScheduleEvaluator evaluator;              // required when schedule_kinds is not empty
+  int threads = 1;  // worker threads for the search; the result is the same for any count
 };
 
 struct TemplateSet {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 
+#include "plan/plan.h"
 #include "test_util.h"
 
 namespace bw::plan {
@@ -189,6 +190,29 @@ TEST(Templates, GridCoversFeasibleAndInfeasible) {
   EXPECT_GT(feasible, 200);
   EXPECT_GT(infeasible, 200);
   EXPECT_GT(multi_stage_multi_device, 20);
+}
+
+}  // namespace
+}  // namespace bw::plan
+
+namespace bw::plan {
+namespace {
+
+TEST(Templates, SameResultForAnyThreadCount) {
+  Profile p = random_profile(24, 77);
+  Cluster cl = small_cluster(8, 4, 4.0);
+  TemplateOptions opt;
+  opt.cost.microbatches = 16;
+  TemplateSet one = generate_templates(p, cl, opt);
+  ASSERT_FALSE(one.templates.empty());
+  for (int threads : {2, 3, 4}) {
+    opt.threads = threads;
+    TemplateSet many = generate_templates(p, cl, opt);
+    ASSERT_EQ(many.templates.size(), one.templates.size()) << threads << " threads";
+    for (size_t k = 0; k < one.templates.size(); ++k)
+      EXPECT_EQ(to_json(many.templates[k]), to_json(one.templates[k]))
+          << threads << " threads, " << one.templates[k].num_nodes << " nodes";
+  }
 }
 
 }  // namespace
