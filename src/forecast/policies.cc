@@ -41,6 +41,12 @@ std::string to_string(Cause cause) {
   return "?";
 }
 
+PolicyCosts oobleck_artifact_bert_large() {
+  PolicyCosts c;  // restart and redundant defaults are the artifact's BERT-large constants
+  c.breakwater.fixed_reconfigure_ms = 2000;
+  return c;
+}
+
 namespace {
 
 class BreakwaterPolicy final : public Policy {
