@@ -1,0 +1,214 @@
+// `breakwater simulate`: replays a cluster through a failure trace under one or more policies
+// (breakwater, restart, redundant) and prints a table per policy, or JSON; optionally an SVG of
+// throughput over time. The cluster comes from the analytic GPT-3 model (forecast/model.h), or
+// from a constant step time (--step-ms) to reproduce published comparisons.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/registry.h"
+#include "core/error.h"
+#include "forecast/model.h"
+#include "forecast/policies.h"
+#include "forecast/replay.h"
+#include "forecast/report.h"
+#include "forecast/trace.h"
+
+namespace bw::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model = "gpt3-6.7b";
+  int nodes = 32;
+  int devices_per_node = 8;
+  int fault_tolerance = 2;
+  int microbatches = 512;
+  int microbatch_size = 1;
+  double device_tflops = 140;
+  double device_memory_gb = 80;
+  double step_ms = 0;  // > 0: constant-step model instead of the analytic one
+  std::string trace;
+  std::string failure_every;
+  double failure_rate = 0;  // per hour
+  int burst_size = 0;
+  std::string burst_window = "30s";
+  std::string rejoin_after;
+  std::uint64_t seed = 1;
+  double hours = 12;
+  std::vector<std::string> policies;
+  std::string svg;
+  bool json = false;
+  std::string costs_preset;
+  bool whole_step_loss = false;
+  // Cost overrides (NaN: keep the default).
+  double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
+  double restart_ms = NAN, checkpoint_ms = NAN, rebalance_ms = NAN, redundant_restart_ms = NAN;
+  double useful_share = NAN;
+  int checkpoint_every = -1;
+};
+
+void set_if(double& field, double value) {
+  if (!std::isnan(value)) field = value;
+}
+
+void run_simulate(const SimulateArgs& a) {
+  using namespace bw::forecast;
+  if (a.hours <= 0) throw ConfigError(fmt::format("--hours must be > 0 (got {})", a.hours));
+  const double duration_ms = a.hours * 3600e3;
+  const int sources = !a.trace.empty() + !a.failure_every.empty() + (a.failure_rate > 0);
+  if (sources != 1) {
+    throw ConfigError(
+        "give exactly one failure source: --trace FILE, --failure-every DURATION or "
+        "--failure-rate PER_HOUR");
+  }
+  Trace trace;
+  if (!a.trace.empty()) {
+    trace = read_trace(a.trace);
+    validate_trace(trace);
+  } else {
+    SyntheticSpec s;
+    s.nodes = a.nodes;
+    s.duration_ms = duration_ms;
+    s.seed = a.seed;
+    if (!a.failure_every.empty()) {
+      s.pattern = FailurePattern::kFixed;
+      s.interval_ms = parse_duration_ms(a.failure_every, "--failure-every");
+    } else {
+      s.pattern = FailurePattern::kPoisson;
+      s.interval_ms = 3600e3 / a.failure_rate;
+    }
+    if (a.burst_size > 0) {
+      s.pattern = FailurePattern::kBursts;
+      s.burst_size = a.burst_size;
+      s.burst_window_ms = parse_duration_ms(a.burst_window, "--burst-window");
+    }
+    if (!a.rejoin_after.empty())
+      s.rejoin_after_ms = parse_duration_ms(a.rejoin_after, "--rejoin-after");
+    trace = make_synthetic(s);
+  }
+
+  PolicyCosts costs;
+  if (a.costs_preset == "oobleck-bert-large") {
+    costs = oobleck_artifact_bert_large();
+  } else if (!a.costs_preset.empty() && a.costs_preset != "default") {
+    throw ConfigError(
+        fmt::format("unknown --costs '{}'; choose default or oobleck-bert-large", a.costs_preset));
+  }
+  set_if(costs.breakwater.detection_ms, a.detection_ms);
+  set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
+  set_if(costs.breakwater.regroup_ms, a.regroup_ms);
+  if (!std::isnan(a.reconfigure_ms)) costs.breakwater.fixed_reconfigure_ms = a.reconfigure_ms;
+  set_if(costs.restart.restart_ms, a.restart_ms);
+  set_if(costs.restart.checkpoint_ms, a.checkpoint_ms);
+  if (a.checkpoint_every >= 0) costs.restart.checkpoint_every_steps = a.checkpoint_every;
+  set_if(costs.redundant.rebalance_ms, a.rebalance_ms);
+  set_if(costs.redundant.restart_ms, a.redundant_restart_ms);
+  set_if(costs.redundant.useful_share, a.useful_share);
+
+  std::unique_ptr<ThroughputModel> model;
+  if (a.step_ms > 0) {
+    model = std::make_unique<ConstantModel>(
+        a.step_ms, static_cast<double>(a.microbatches) * a.microbatch_size);
+  } else {
+    AnalyticCluster c;
+    c.devices_per_node = a.devices_per_node;
+    c.device_tflops = a.device_tflops;
+    c.device_memory_gb = a.device_memory_gb;
+    c.microbatches = a.microbatches;
+    c.microbatch_size = a.microbatch_size;
+    c.fault_tolerance = a.fault_tolerance;
+    auto m = std::make_unique<AnalyticGptModel>(gpt3_preset(a.model), c);
+    if (m->min_nodes_per_pipeline() < 0) {
+      throw ConfigError(fmt::format(
+          "{} does not fit: one microbatch's activations exceed {} GB per device; raise "
+          "--device-memory-gb",
+          a.model, a.device_memory_gb));
+    }
+    model = std::move(m);
+  }
+
+  std::vector<std::string> names = a.policies;
+  if (names.empty()) names = {"breakwater", "restart", "redundant"};
+  ReplayOptions options;
+  options.duration_ms = duration_ms;
+  options.whole_step_loss = a.whole_step_loss;
+  std::vector<ReplayResult> results;
+  for (const auto& name : names) {
+    results.push_back(replay(trace, parse_policy(name), costs, *model, options));
+  }
+
+  if (!a.svg.empty()) {
+    std::ofstream out(a.svg);
+    if (!out) throw ConfigError(fmt::format("cannot open '{}' for writing", a.svg));
+    SvgOptions so;
+    so.title = a.step_ms > 0 ? fmt::format("constant step {:g} ms", a.step_ms)
+                             : fmt::format("{} on {} nodes x {} devices", a.model, a.nodes,
+                                           a.devices_per_node);
+    out << render_svg(results, so);
+  }
+  if (a.json) {
+    json::Json doc;
+    doc["duration_ms"] = duration_ms;
+    doc["model"] = a.step_ms > 0 ? std::string("constant") : a.model;
+    doc["results"] = to_json(results);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    fmt::print("{}", format_tables(results));
+  }
+}
+
+void add_simulate(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "replay a cluster through a failure trace under breakwater, restart, redundant");
+  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b")->capture_default_str();
+  cmd->add_option("--nodes", args->nodes, "nodes at the start (synthetic traces)")
+      ->capture_default_str();
+  cmd->add_option("--devices-per-node", args->devices_per_node)->capture_default_str();
+  cmd->add_option("--fault-tolerance", args->fault_tolerance, "f: keep f+1 pipelines")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", args->microbatches, "per global batch")->capture_default_str();
+  cmd->add_option("--microbatch-size", args->microbatch_size)->capture_default_str();
+  cmd->add_option("--device-tflops", args->device_tflops, "sustained FLOP rate per device")
+      ->capture_default_str();
+  cmd->add_option("--device-memory-gb", args->device_memory_gb)->capture_default_str();
+  cmd->add_option("--step-ms", args->step_ms,
+                  "constant step time instead of the GPT model (published comparisons)");
+  cmd->add_option("--trace", args->trace, "CSV trace: time_ms,add|remove,nodeN");
+  cmd->add_option("--failure-every", args->failure_every, "fixed interval, e.g. 10m");
+  cmd->add_option("--failure-rate", args->failure_rate, "Poisson failures per hour");
+  cmd->add_option("--burst-size", args->burst_size, "correlated bursts of this many nodes");
+  cmd->add_option("--burst-window", args->burst_window, "spread of one burst")
+      ->capture_default_str();
+  cmd->add_option("--rejoin-after", args->rejoin_after, "removed nodes come back after this");
+  cmd->add_option("--seed", args->seed)->capture_default_str();
+  cmd->add_option("--hours", args->hours, "replayed duration")->capture_default_str();
+  cmd->add_option("--policy", args->policies, "breakwater, restart, redundant (repeatable; all)")
+      ->delimiter(',');
+  cmd->add_option("--svg", args->svg, "write throughput over time here");
+  cmd->add_flag("--json", args->json, "print JSON instead of tables");
+  cmd->add_option("--costs", args->costs_preset, "default or oobleck-bert-large");
+  cmd->add_flag("--whole-step-loss", args->whole_step_loss,
+                "a failure wastes the whole step in flight (Oobleck's artifact accounting)");
+  cmd->add_option("--detection-ms", args->detection_ms, "breakwater: failure detection (1000)");
+  cmd->add_option("--inter-node-gbps", args->inter_node_gbps, "breakwater: state transfer (100)");
+  cmd->add_option("--regroup-ms", args->regroup_ms, "breakwater: new process groups (500)");
+  cmd->add_option("--reconfigure-ms", args->reconfigure_ms,
+                  "breakwater: fixed reconfiguration cost instead of the model");
+  cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
+  cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "restart: steps between (10)");
+  cmd->add_option("--rebalance-ms", args->rebalance_ms, "redundant: failover+rebalance (76000)");
+  cmd->add_option("--redundant-restart-ms", args->redundant_restart_ms,
+                  "redundant: restart when neighbours fail (76000)");
+  cmd->add_option("--useful-share", args->useful_share,
+                  "redundant: useful fraction of a step (0.1971)");
+  cmd->callback([args] { run_simulate(*args); });
+}
+
+const Registrar kRegistrar("simulate", 50, add_simulate);
+
+}  // namespace
+}  // namespace bw::cli
