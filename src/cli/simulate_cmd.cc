@@ -4,6 +4,7 @@
 // from a constant step time (--step-ms) to reproduce published comparisons.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -11,10 +12,12 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "forecast/model.h"
+#include "forecast/planned.h"
 #include "forecast/policies.h"
 #include "forecast/replay.h"
 #include "forecast/report.h"
 #include "forecast/trace.h"
+#include "plan/synth.h"
 
 namespace bw::cli {
 namespace {
@@ -28,7 +31,10 @@ struct SimulateArgs {
   int microbatch_size = 1;
   double device_tflops = 140;
   double device_memory_gb = 80;
-  double step_ms = 0;  // > 0: constant-step model instead of the analytic one
+  double device_memory_gb_set = NAN;
+  double step_ms = 0;                  // > 0: constant-step model instead of the analytic one
+  std::string throughput = "planner";  // planner | analytic
+  std::string device = "a100";
   std::string trace;
   std::string failure_every;
   double failure_rate = 0;  // per hour
@@ -108,14 +114,40 @@ void run_simulate(const SimulateArgs& a) {
   set_if(costs.redundant.useful_share, a.useful_share);
 
   std::unique_ptr<ThroughputModel> model;
+  PlannerModel* planner = nullptr;
+  if (a.throughput != "planner" && a.throughput != "analytic") {
+    throw ConfigError(
+        fmt::format("unknown --throughput '{}'; choose planner or analytic", a.throughput));
+  }
   if (a.step_ms > 0) {
     model = std::make_unique<ConstantModel>(
         a.step_ms, static_cast<double>(a.microbatches) * a.microbatch_size);
+  } else if (a.throughput == "planner") {
+    // The real planner: a synthetic profile of the model on the device, templates for up to
+    // the most nodes the trace ever has.
+    const auto dev = plan::find_device(a.device);
+    PlannerSetup setup;
+    setup.profile = plan::synthesize_profile(plan::find_model(a.model), dev, a.microbatch_size);
+    setup.cluster.num_nodes = 1;
+    for (const auto& e : trace.events) {
+      setup.cluster.num_nodes = std::max<int>(
+          setup.cluster.num_nodes, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
+    }
+    setup.cluster.devices_per_node = a.devices_per_node;
+    setup.cluster.device_memory_gb =
+        std::isnan(a.device_memory_gb_set) ? dev.memory_gb : a.device_memory_gb_set;
+    setup.cluster.inter_node_gbps = costs.breakwater.inter_node_gbps;
+    setup.fault_tolerance = a.fault_tolerance;
+    setup.microbatches = a.microbatches;
+    auto m = std::make_unique<PlannerModel>(std::move(setup));
+    planner = m.get();
+    model = std::move(m);
   } else {
     AnalyticCluster c;
     c.devices_per_node = a.devices_per_node;
     c.device_tflops = a.device_tflops;
-    c.device_memory_gb = a.device_memory_gb;
+    c.device_memory_gb =
+        std::isnan(a.device_memory_gb_set) ? a.device_memory_gb : a.device_memory_gb_set;
     c.microbatches = a.microbatches;
     c.microbatch_size = a.microbatch_size;
     c.fault_tolerance = a.fault_tolerance;
@@ -136,7 +168,14 @@ void run_simulate(const SimulateArgs& a) {
   options.whole_step_loss = a.whole_step_loss;
   std::vector<ReplayResult> results;
   for (const auto& name : names) {
-    results.push_back(replay(trace, parse_policy(name), costs, *model, options));
+    const auto kind = parse_policy(name);
+    if (planner && kind == PolicyKind::kBreakwater) {
+      // Follows the plan through every failure and join (reconfigure / join per event).
+      PlannedBreakwaterPolicy policy(costs, *planner);
+      results.push_back(replay(trace, policy, *model, options));
+    } else {
+      results.push_back(replay(trace, kind, costs, *model, options));
+    }
   }
 
   if (!a.svg.empty()) {
@@ -173,7 +212,13 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--microbatch-size", args->microbatch_size)->capture_default_str();
   cmd->add_option("--device-tflops", args->device_tflops, "sustained FLOP rate per device")
       ->capture_default_str();
-  cmd->add_option("--device-memory-gb", args->device_memory_gb)->capture_default_str();
+  cmd->add_option("--device-memory-gb", args->device_memory_gb_set,
+                  "device memory (default: the device's, 80 for the analytic model)");
+  cmd->add_option("--throughput", args->throughput,
+                  "planner (templates + reconfigure per event) or analytic (closed form)")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "planner: device of the synthetic profile")
+      ->capture_default_str();
   cmd->add_option("--step-ms", args->step_ms,
                   "constant step time instead of the GPT model (published comparisons)");
   cmd->add_option("--trace", args->trace, "CSV trace: time_ms,add|remove,nodeN");

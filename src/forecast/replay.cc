@@ -143,15 +143,17 @@ class Engine {
     return kInf;
   }
 
-  void segment(double a, double b, double rate) {
+  // `n`: nodes during the span (-1: the current membership).
+  void segment(double a, double b, double rate, int n = -1) {
     if (!options_.record_timeline || b <= a) return;
+    if (n < 0) n = nodes();
     auto& tl = result_.timeline;
     if (!tl.empty() && tl.back().end_ms == a && tl.back().samples_per_s == rate &&
-        tl.back().nodes == nodes()) {
+        tl.back().nodes == n) {
       tl.back().end_ms = b;
       return;
     }
-    tl.push_back({a, b, rate, nodes()});
+    tl.push_back({a, b, rate, n});
   }
 
   // Tries to start training at t on the current membership.
@@ -162,6 +164,7 @@ class Engine {
       BW_CHECK(p->step_ms > 0, "policy returned step time {} ms", p->step_ms);
       mode_ = Mode::kRunning;
       run_ = *p;
+      run_nodes_ = nodes();
     } else {
       mode_ = Mode::kStalled;
     }
@@ -187,7 +190,7 @@ class Engine {
   double end_run(double t, Rollback rollback) {
     const auto pos = locate(run_, t - mode_start_);
     const double T = run_.step_ms;
-    segment(mode_start_, t, model_.samples_per_step() / T * 1e3);
+    segment(mode_start_, t, model_.samples_per_step() / T * 1e3, run_nodes_);
     result_.time.checkpoint_ms += pos.checkpoint_done_ms + pos.checkpoint_elapsed_ms;
     // A checkpoint completed in this span covers everything before it, earlier spans included.
     if (pos.any_checkpoint) carry_ = {};
@@ -403,6 +406,7 @@ class Engine {
   Mode mode_ = Mode::kStalled;
   double mode_start_ = 0;
   RunParams run_;
+  int run_nodes_ = 0;
   std::optional<Reaction> pending_;
   double pending_time_ = 0;
   double tail_end_ = 0, ckpt_end_ = 0, rec_end_ = 0;
