@@ -69,16 +69,20 @@ std::optional<double> PlannerModel::step_ms(int nodes, Arrangement arrangement) 
     return p->step_ms;
   }
   if (auto it = uniform_.find(nodes); it != uniform_.end()) return it->second;
-  // Identical pipelines: one template size p, floor(n / p) of them, the rest idle.
+  // Identical pipelines: one template size p, floor(n / p) of them, the rest idle. At least
+  // f + 1 of them when some size allows it, as for kTemplates.
   std::optional<double> best;
-  for (const auto& t : templates_.templates) {
-    const int k = nodes / t.num_nodes;
-    if (k == 0 || k > setup_.microbatches) continue;
-    plan::TemplateSet only = templates_;
-    only.templates = {t};
-    const auto p = instantiate_relaxed(only, first_nodes(k * t.num_nodes), setup_.fault_tolerance,
-                                       setup_.microbatches, setup_.cluster);
-    if (p && (!best || p->step_ms < *best)) best = p->step_ms;
+  for (int pass = 0; pass < 2 && !best; ++pass) {
+    for (const auto& t : templates_.templates) {
+      const int k = std::min(nodes / t.num_nodes, setup_.microbatches);
+      if (k == 0 || (pass == 0 && k < setup_.fault_tolerance + 1)) continue;
+      plan::TemplateSet only = templates_;
+      only.templates = {t};
+      const auto p = instantiate_relaxed(only, first_nodes(k * t.num_nodes),
+                                         pass == 0 ? setup_.fault_tolerance : 0,
+                                         setup_.microbatches, setup_.cluster);
+      if (p && (!best || p->step_ms < *best)) best = p->step_ms;
+    }
   }
   uniform_[nodes] = best;
   return best;
