@@ -127,7 +127,16 @@ void run_simulate(const SimulateArgs& a) {
     // the most nodes the trace ever has.
     const auto dev = plan::find_device(a.device);
     PlannerSetup setup;
-    setup.profile = plan::synthesize_profile(plan::find_model(a.model), dev, a.microbatch_size);
+    // The analytic model's size names map onto the planner's (plan/synth.h).
+    std::string name = a.model;
+    for (const auto& [size, planner_name] :
+         std::vector<std::pair<std::string, std::string>>{{"gpt3-125m", "gpt3-small"},
+                                                          {"gpt3-350m", "gpt3-medium"},
+                                                          {"gpt3-760m", "gpt3-large"},
+                                                          {"gpt3-1.3b", "gpt3-xl"}}) {
+      if (name == size) name = planner_name;
+    }
+    setup.profile = plan::synthesize_profile(plan::find_model(name), dev, a.microbatch_size);
     setup.cluster.num_nodes = 1;
     for (const auto& e : trace.events) {
       setup.cluster.num_nodes = std::max<int>(
@@ -202,7 +211,7 @@ void add_simulate(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand(
       "simulate", "replay a cluster through a failure trace under breakwater, restart, redundant");
-  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b")->capture_default_str();
+  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b (planner also: bert-large)")->capture_default_str();
   cmd->add_option("--nodes", args->nodes, "nodes at the start (synthetic traces)")
       ->capture_default_str();
   cmd->add_option("--devices-per-node", args->devices_per_node)->capture_default_str();

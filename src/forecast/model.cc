@@ -54,9 +54,17 @@ GptSpec gpt3_preset(const std::string& name) {
       {"gpt3-1.3b", 24, 2048}, {"gpt3-2.7b", 32, 2560},  {"gpt3-6.7b", 32, 4096},
       {"gpt3-13b", 40, 5140},  {"gpt3-175b", 96, 12288},
   };
+  // The planner's names for the same models (plan/synth.h).
+  static const std::vector<std::pair<std::string, std::string>> kAliases = {
+      {"gpt3-small", "gpt3-125m"}, {"gpt3-medium", "gpt3-350m"},
+      {"gpt3-large", "gpt3-760m"}, {"gpt3-xl", "gpt3-1.3b"}};
+  std::string wanted = name;
+  for (const auto& [alias, canonical] : kAliases) {
+    if (alias == name) wanted = canonical;
+  }
   std::string known;
   for (const auto& p : kPresets) {
-    if (p.name == name) return p;
+    if (p.name == wanted) return p;
     known += (known.empty() ? "" : ", ") + p.name;
   }
   throw ConfigError(fmt::format("unknown model '{}'; choose one of {}", name, known));

@@ -79,7 +79,8 @@ struct GptSpec {
   int vocab = 50257;
 };
 // "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b",
-// "gpt3-175b"; ConfigError listing these otherwise.
+// "gpt3-175b" (also the planner's names gpt3-small, -medium, -large, -xl); ConfigError listing
+// them otherwise.
 GptSpec gpt3_preset(const std::string& name);
 
 struct AnalyticCluster {
