@@ -162,7 +162,7 @@ Composition choose_composition(const TemplateSet& templates, int num_nodes, int 
   const int need = fault_tolerance + 1;
   if (static_cast<long long>(need) * n0 > num_nodes) {
     throw ConfigError(fmt::format(
-        "fault tolerance {} needs {} pipelines of at least {} nodes each ({} nodes), but there "
+        "fault tolerance {} needs {} pipelines of >= {} node(s) each ({} nodes), but there "
         "are {} nodes; lower --fault-tolerance to {} or add nodes",
         fault_tolerance, need, n0, static_cast<long long>(need) * n0, num_nodes,
         std::max(0, num_nodes / n0 - 1)));
