@@ -36,15 +36,17 @@ std::vector<NodeId> first_nodes(int n) {
 
 PlannerModel::PlannerModel(PlannerSetup setup) : setup_(std::move(setup)) {
   plan::validate(setup_.cluster);
-  auto& o = setup_.template_options;
-  o.cost.microbatches = setup_.microbatches;
-  if (o.max_nodes == 0) o.max_nodes = setup_.cluster.num_nodes;
-  templates_ = plan::generate_templates(setup_.profile, setup_.cluster, o);
-  if (!templates_.min_nodes()) {
-    throw ConfigError(fmt::format(
-        "{} does not fit on up to {} nodes of {} x {} GB devices; add nodes or device memory",
-        setup_.profile.model, setup_.cluster.num_nodes, setup_.cluster.devices_per_node,
-        setup_.cluster.device_memory_gb));
+  // Templates once, for the largest membership; a fault tolerance the cluster cannot give is
+  // relaxed (make_plan says why in the error of the last try).
+  for (int f = setup_.fault_tolerance;; --f) {
+    try {
+      templates_ = plan::make_plan(setup_.profile, setup_.cluster, f, setup_.microbatches,
+                                   setup_.planner_options)
+                       .templates;
+      break;
+    } catch (const ConfigError&) {
+      if (f == 0) throw;
+    }
   }
   for (const auto& l : setup_.profile.layers) layer_param_bytes_.push_back(l.param_bytes);
 }

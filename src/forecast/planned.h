@@ -1,7 +1,8 @@
 // The forecast on top of the real planner (plan/, Oobleck SOSP'23 section 4, done exactly).
 //
 // PlannerModel answers ThroughputModel questions from plans: templates are generated once for
-// the cluster; the step time on n nodes is that of `instantiate` on n nodes (kTemplates), or of
+// the cluster by plan::make_plan (which also picks the microbatch count they are optimised for);
+// the step time on n nodes is that of `instantiate` on n nodes (kTemplates), or of
 // the best plan made of identical pipelines (kUniform, what a restart-based system re-plans to).
 // Plans are memoised by node count.
 //
@@ -25,6 +26,7 @@
 #include "forecast/model.h"
 #include "forecast/policies.h"
 #include "plan/instantiate.h"
+#include "plan/planner.h"
 #include "plan/reconfigure.h"
 #include "plan/templates.h"
 
@@ -35,7 +37,8 @@ struct PlannerSetup {
   plan::Cluster cluster;  // num_nodes: the most nodes the trace ever has live
   int fault_tolerance = 0;
   int microbatches = 1;
-  plan::TemplateOptions template_options;  // microbatches and node range are filled in
+  // Template microbatch count, schedule kinds and their evaluator (schedule-aware templates).
+  plan::PlannerOptions planner_options;
 };
 
 class PlannerModel final : public ThroughputModel {
