@@ -4,7 +4,9 @@
 //   build-pure/bench/forecast/bw_forecast_bench
 #include <benchmark/benchmark.h>
 
+#include "forecast/planned.h"
 #include "forecast/replay.h"
+#include "plan/synth.h"
 
 namespace bw::forecast {
 namespace {
@@ -49,6 +51,34 @@ BENCHMARK_CAPTURE(BM_ThreePolicies1024Nodes12h, gpt3_175b_fixed, std::string("gp
 BENCHMARK_CAPTURE(BM_ThreePolicies1024Nodes12h, gpt3_175b_bursts, std::string("gpt3-175b"),
                   FailurePattern::kBursts)
     ->Unit(benchmark::kMillisecond);
+
+// The real planner: templates once for 1024 nodes, reconfigure/join per event for breakwater,
+// identical-pipeline plans per node count for the others.
+void BM_ThreePoliciesPlanner1024Nodes12h(benchmark::State& state, const std::string& model_name) {
+  const auto trace = trace_1024(FailurePattern::kFixed);
+  for (auto _ : state) {
+    PlannerSetup s;
+    s.profile =
+        plan::synthesize_profile(plan::find_model(model_name), plan::find_device("a100"), 1);
+    s.cluster.num_nodes = 1024;
+    s.cluster.devices_per_node = 8;
+    s.cluster.device_memory_gb = 80;
+    s.fault_tolerance = 2;
+    s.microbatches = 512;
+    PlannerModel model(s);
+    ReplayOptions o;
+    o.duration_ms = 12 * 3600e3;
+    PlannedBreakwaterPolicy breakwater(PolicyCosts{}, model);
+    double useful = replay(trace, breakwater, model, o).useful_fraction();
+    for (auto kind : {PolicyKind::kRestart, PolicyKind::kRedundant}) {
+      useful += replay(trace, kind, PolicyCosts{}, model, o).useful_fraction();
+    }
+    benchmark::DoNotOptimize(useful);
+  }
+}
+BENCHMARK_CAPTURE(BM_ThreePoliciesPlanner1024Nodes12h, gpt3_6_7b, std::string("gpt3-6.7b"))
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 void BM_ReplayOnlyConstantModel(benchmark::State& state) {
   const auto trace = trace_1024(FailurePattern::kPoisson);

@@ -52,7 +52,7 @@ struct SimulateArgs {
   double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
   double restart_ms = NAN, checkpoint_ms = NAN, rebalance_ms = NAN, redundant_restart_ms = NAN;
   double useful_share = NAN;
-  int checkpoint_every = -1;
+  std::string checkpoint_every;  // steps, or "auto" (Young's interval for the trace)
 };
 
 void set_if(double& field, double value) {
@@ -108,7 +108,6 @@ void run_simulate(const SimulateArgs& a) {
   if (!std::isnan(a.reconfigure_ms)) costs.breakwater.fixed_reconfigure_ms = a.reconfigure_ms;
   set_if(costs.restart.restart_ms, a.restart_ms);
   set_if(costs.restart.checkpoint_ms, a.checkpoint_ms);
-  if (a.checkpoint_every >= 0) costs.restart.checkpoint_every_steps = a.checkpoint_every;
   set_if(costs.redundant.rebalance_ms, a.rebalance_ms);
   set_if(costs.redundant.restart_ms, a.redundant_restart_ms);
   set_if(costs.redundant.useful_share, a.useful_share);
@@ -170,6 +169,29 @@ void run_simulate(const SimulateArgs& a) {
     model = std::move(m);
   }
 
+  if (a.checkpoint_every == "auto") {
+    // Young's interval from the trace's failure rate and the step on the initial membership.
+    int removals = 0;
+    for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+    const double mtbf_ms = duration_ms / std::max(1, removals);
+    const auto initial =
+        live_nodes_at(trace, trace.events.empty() ? 0 : trace.events.front().time_ms);
+    const auto step = model->step_ms(static_cast<int>(initial.size()), Arrangement::kUniform);
+    if (!step)
+      throw ConfigError("--checkpoint-every auto: the model does not fit the initial nodes");
+    costs.restart.checkpoint_every_steps =
+        young_checkpoint_steps(costs.restart.checkpoint_ms, mtbf_ms, *step);
+  } else if (!a.checkpoint_every.empty()) {
+    try {
+      std::size_t used = 0;
+      const int k = std::stoi(a.checkpoint_every, &used);
+      if (used != a.checkpoint_every.size() || k < 0) throw std::invalid_argument("");
+      costs.restart.checkpoint_every_steps = k;
+    } catch (const std::logic_error&) {
+      throw ConfigError(fmt::format("--checkpoint-every '{}' is not a step count >= 0 or 'auto'",
+                                    a.checkpoint_every));
+    }
+  }
   std::vector<std::string> names = a.policies;
   if (names.empty()) names = {"breakwater", "restart", "redundant"};
   ReplayOptions options;
@@ -211,7 +233,8 @@ void add_simulate(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand(
       "simulate", "replay a cluster through a failure trace under breakwater, restart, redundant");
-  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b (planner also: bert-large)")->capture_default_str();
+  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b (planner also: bert-large)")
+      ->capture_default_str();
   cmd->add_option("--nodes", args->nodes, "nodes at the start (synthetic traces)")
       ->capture_default_str();
   cmd->add_option("--devices-per-node", args->devices_per_node)->capture_default_str();
@@ -253,7 +276,8 @@ void add_simulate(CLI::App& app) {
                   "breakwater: fixed reconfiguration cost instead of the model");
   cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
   cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
-  cmd->add_option("--checkpoint-every", args->checkpoint_every, "restart: steps between (10)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "restart: steps between (10), or auto (Young's interval)");
   cmd->add_option("--rebalance-ms", args->rebalance_ms, "redundant: failover+rebalance (76000)");
   cmd->add_option("--redundant-restart-ms", args->redundant_restart_ms,
                   "redundant: restart when neighbours fail (76000)");

@@ -56,8 +56,10 @@ GptSpec gpt3_preset(const std::string& name) {
   };
   // The planner's names for the same models (plan/synth.h).
   static const std::vector<std::pair<std::string, std::string>> kAliases = {
-      {"gpt3-small", "gpt3-125m"}, {"gpt3-medium", "gpt3-350m"},
-      {"gpt3-large", "gpt3-760m"}, {"gpt3-xl", "gpt3-1.3b"}};
+      {"gpt3-small", "gpt3-125m"},
+      {"gpt3-medium", "gpt3-350m"},
+      {"gpt3-large", "gpt3-760m"},
+      {"gpt3-xl", "gpt3-1.3b"}};
   std::string wanted = name;
   for (const auto& [alias, canonical] : kAliases) {
     if (alias == name) wanted = canonical;

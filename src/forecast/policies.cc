@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -45,6 +46,17 @@ PolicyCosts oobleck_artifact_bert_large() {
   PolicyCosts c;  // restart and redundant defaults are the artifact's BERT-large constants
   c.breakwater.fixed_reconfigure_ms = 2000;
   return c;
+}
+
+int young_checkpoint_steps(double checkpoint_ms, double mtbf_ms, double step_ms) {
+  if (!(checkpoint_ms > 0) || !(mtbf_ms > 0) || !(step_ms > 0)) {
+    throw ConfigError(fmt::format(
+        "Young's checkpoint interval needs a checkpoint cost, a mean time between failures and a "
+        "step time > 0 (got {} ms, {} ms, {} ms)",
+        checkpoint_ms, mtbf_ms, step_ms));
+  }
+  const double steps = std::sqrt(2.0 * checkpoint_ms * mtbf_ms) / step_ms;
+  return std::max(1, static_cast<int>(std::lround(steps)));
 }
 
 namespace {

@@ -81,6 +81,11 @@ struct PolicyCosts {
 // imply and tests/forecast/published_test.cc checks that the policies reproduce them.
 PolicyCosts oobleck_artifact_bert_large();
 
+// Steps between checkpoints that minimise the expected loss for a checkpoint cost C and a mean
+// time between failures M: Young's interval sqrt(2 C M) (Young, CACM 1974), in steps of
+// `step_ms`, at least 1. ConfigError for non-positive inputs.
+int young_checkpoint_steps(double checkpoint_ms, double mtbf_ms, double step_ms);
+
 // How training runs on a configuration.
 struct RunParams {
   double step_ms = 0;              // wall time of one step, redundant work included

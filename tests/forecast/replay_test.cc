@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace bw::forecast {
@@ -191,6 +193,31 @@ TEST(Replay, TimelineCoversTheWindowAndMarksFailures) {
     EXPECT_DOUBLE_EQ(r.timeline[i].start_ms, r.timeline[i - 1].end_ms) << i;
   }
   EXPECT_EQ(r.failure_times_ms, std::vector<double>{3500});
+}
+
+TEST(YoungInterval, MatchesTheFormulaAndMinimisesLossOnPoisson) {
+  // sqrt(2 * 15.8 s * 600 s) = 137.7 s = 4.2 steps of 32.6 s.
+  EXPECT_EQ(young_checkpoint_steps(15.8e3, 600e3, 32.6e3), 4);
+  EXPECT_EQ(young_checkpoint_steps(15.8e3, 600e3, 1e6), 1);
+  EXPECT_THROW(young_checkpoint_steps(0, 600e3, 1e3), ConfigError);
+  // On Poisson failures, Young's k is within 2% of the best k found by brute force.
+  SyntheticSpec s;
+  s.pattern = FailurePattern::kPoisson;
+  s.nodes = 10000;
+  s.interval_ms = 600e3;
+  s.duration_ms = 100 * 3600e3;
+  const auto trace = make_synthetic(s);
+  ConstantModel model(2000, 1);
+  ReplayOptions o;
+  o.duration_ms = s.duration_ms;
+  auto useful = [&](int k) {
+    PolicyCosts c;
+    c.restart.checkpoint_every_steps = k;
+    return replay(trace, PolicyKind::kRestart, c, model, o).useful_fraction();
+  };
+  double best = 0;
+  for (int k = 1; k <= 120; ++k) best = std::max(best, useful(k));
+  EXPECT_GE(useful(young_checkpoint_steps(15.8e3, 600e3, 2000)), best - 0.02);
 }
 
 }  // namespace
