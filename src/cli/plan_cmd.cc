@@ -26,6 +26,7 @@ struct PlanArgs {
   std::string fail;
   int template_microbatches = 0;
   int threads = 1;
+  std::string schedules = "1f1b,interleaved,hanayo-w1,hanayo-w2";
   bool json = false;
 };
 
@@ -80,9 +81,9 @@ std::string runs(const std::vector<int>& v) {
 
 void print_templates(const plan::TemplateSet& set) {
   fmt::print(
-      "Templates (1F1B unless noted; time at the microbatches each was optimised for; "
+      "Templates (time and memory at the m microbatches each was optimised for; "
       "\"3x2\" = three stages of 2)\n");
-  fmt::print("{:>5} {:>6} {:<26} {:<26} {:<10} {:>4} {:>12} {:>9}\n", "nodes", "stages",
+  fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12} {:>9}\n", "nodes", "stages",
              "layers/stage", "devices/stage", "schedule", "m", "time ms", "mem GB");
   for (const auto& t : set.templates) {
     std::vector<int> layers, devices;
@@ -90,7 +91,7 @@ void print_templates(const plan::TemplateSet& set) {
       layers.push_back(s.num_layers);
       devices.push_back(s.num_devices);
     }
-    fmt::print("{:>5} {:>6} {:<26} {:<26} {:<10} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
+    fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
                t.num_stages(), runs(layers), runs(devices), t.schedule, t.microbatches,
                t.iteration_ms(t.microbatches), t.peak_memory_bytes / 1e9);
   }
@@ -100,11 +101,11 @@ void print_plan(const plan::Plan& p, const std::string& title) {
   fmt::print("\n{} (generation {}): {} pipelines on {} nodes, {} microbatches of {}\n", title,
              p.generation, p.pipelines.size(), p.num_nodes(), p.global_microbatches,
              p.microbatch_size);
-  fmt::print("{:>8} {:>5} {:<24} {:<10} {:>12} {:>12}\n", "pipeline", "nodes", "node ids",
+  fmt::print("{:>8} {:>5} {:<24} {:<11} {:>12} {:>12}\n", "pipeline", "nodes", "node ids",
              "schedule", "microbatches", "time ms");
   for (size_t i = 0; i < p.pipelines.size(); ++i) {
     const auto& pl = p.pipelines[i];
-    fmt::print("{:>8} {:>5} {:<24} {:<10} {:>12} {:>12.2f}\n", i, pl.nodes.size(), ranges(pl.nodes),
+    fmt::print("{:>8} {:>5} {:<24} {:<11} {:>12} {:>12.2f}\n", i, pl.nodes.size(), ranges(pl.nodes),
                pl.tmpl.schedule, pl.microbatches, pl.iteration_ms);
   }
   fmt::print(
@@ -128,6 +129,12 @@ void run(const PlanArgs& a) {
   plan::PlannerOptions opt;
   if (a.template_microbatches > 0) opt.template_microbatches = a.template_microbatches;
   opt.threads = a.threads;
+  if (a.schedules != "closed-form") {
+    std::stringstream ss(a.schedules);
+    std::string kind;
+    while (std::getline(ss, kind, ','))
+      if (!kind.empty()) opt.schedule_kinds.push_back(kind);
+  }
   plan::PlanResult r = plan::make_plan(profile, cluster, a.fault_tolerance, a.microbatches, opt);
   std::optional<plan::Reconfiguration> re;
   if (!a.fail.empty()) {
@@ -184,6 +191,11 @@ void add(CLI::App& app) {
   sub->add_option("--template-microbatches", args->template_microbatches,
                   "microbatches per pipeline the templates optimise for (default: automatic)");
   sub->add_option("--threads", args->threads, "threads for the template search");
+  sub->add_option("--schedules", args->schedules,
+                  "schedule kinds a template may use, chosen per node count by the simulator "
+                  "(1f1b, interleaved, hanayo-w1, hanayo-w2), or closed-form for the closed-form "
+                  "1F1B model only")
+      ->capture_default_str();
   sub->add_flag("--json", args->json, "print JSON instead of tables");
   sub->callback([args] { run(*args); });
 }

@@ -41,12 +41,22 @@ Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_toleranc
                  const Cluster& cluster);
 
 // Pipeline counts per template node count chosen by instantiate's optimisation (exposed for
-// tests): returns (node count, pipelines) pairs, ascending by node count, and the min-max time.
+// tests): (node count, pipelines) pairs, ascending by node count, and the predicted times.
+//
+// Without a cluster: the exact min-max pipeline time. With one, the step time
+// (pipeline + gradient all-reduce, plan.h) is minimised over bounds q on the parameter bytes of
+// the busiest node: for each q, the exact min-max composition among templates within q, scored
+// with its all-reduce. The all-reduce of P >= 2 pipelines is 2 (P - 1) / P * q over the network,
+// between q and 2q, so the result is within one optimal all-reduce of the optimal step time
+// (and exact in the pipeline part for its q); docs/planning.md.
 struct Composition {
   std::vector<std::pair<int, int>> counts;
   double pipeline_ms = 0;
+  double allreduce_ms = 0;
+  double step_ms = 0;
+  double max_node_param_bytes = 0;
 };
 Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                               int microbatches);
+                               int microbatches, const Cluster* cluster = nullptr);
 
 }  // namespace bw::plan

@@ -63,23 +63,27 @@ void validate_plan(const Plan& plan) {
            plan.global_microbatches);
 }
 
+double max_node_param_bytes(const Template& t) {
+  std::vector<double> node_bytes(t.num_nodes, 0);
+  for (const auto& st : t.stages) node_bytes[st.node] += st.param_bytes;
+  return *std::max_element(node_bytes.begin(), node_bytes.end());
+}
+
+double allreduce_ms(int pipelines, double node_param_bytes, const Cluster& cluster) {
+  if (pipelines < 2) return 0;
+  return cluster.transfer_ms(2.0 * (pipelines - 1) / pipelines * node_param_bytes, false);
+}
+
 void update_predictions(Plan& plan, const Cluster& cluster) {
   const int num_pipelines = static_cast<int>(plan.pipelines.size());
   plan.pipeline_ms = 0;
-  plan.allreduce_ms = 0;
+  double node_bytes = 0;
   for (auto& p : plan.pipelines) {
     p.iteration_ms = p.tmpl.iteration_ms(p.microbatches);
     plan.pipeline_ms = std::max(plan.pipeline_ms, p.iteration_ms);
-    if (num_pipelines < 2) continue;
-    // Ring all-reduce of each layer's gradients over its replicas: every node sends and
-    // receives 2 (P - 1) / P of the parameter bytes it holds through its network link.
-    std::vector<double> node_bytes(p.tmpl.num_nodes, 0);
-    for (const auto& st : p.tmpl.stages) node_bytes[st.node] += st.param_bytes;
-    for (double bytes : node_bytes) {
-      double ms = cluster.transfer_ms(2.0 * (num_pipelines - 1) / num_pipelines * bytes, false);
-      plan.allreduce_ms = std::max(plan.allreduce_ms, ms);
-    }
+    node_bytes = std::max(node_bytes, max_node_param_bytes(p.tmpl));
   }
+  plan.allreduce_ms = allreduce_ms(num_pipelines, node_bytes, cluster);
   plan.step_ms = plan.pipeline_ms + plan.allreduce_ms;
   plan.samples_per_s =
       plan.step_ms > 0 ? plan.global_microbatches * plan.microbatch_size / (plan.step_ms / 1e3) : 0;

@@ -62,6 +62,12 @@ struct LayerCopy {
 // Throws InternalError naming the broken invariant.
 void validate_plan(const Plan& plan);
 
+// Parameter bytes held by the template's busiest node (sum over its stages).
+double max_node_param_bytes(const Template& t);
+// Ring all-reduce over `pipelines` replicas: each node moves 2 (P - 1) / P of the parameter
+// bytes it holds over its network link; 0 for one pipeline.
+double allreduce_ms(int pipelines, double node_param_bytes, const Cluster& cluster);
+
 // Recomputes pipeline_ms, allreduce_ms, step_ms, samples_per_s from pipelines.
 void update_predictions(Plan& plan, const Cluster& cluster);
 

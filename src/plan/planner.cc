@@ -2,16 +2,21 @@
 
 #include <fmt/format.h>
 
+#include "plan/schedule_aware.h"
+
 namespace bw::plan {
 namespace {
 
-TemplateOptions template_options(const PlannerOptions& o, int m) {
+TemplateOptions template_options(const PlannerOptions& o, int m, const Profile& profile,
+                                 const Cluster& cluster) {
   TemplateOptions t;
   t.cost.microbatches = m;
   t.cost.state_bytes_per_param_byte = o.state_bytes_per_param_byte;
   t.threads = o.threads;
   t.schedule_kinds = o.schedule_kinds;
   t.evaluator = o.evaluator;
+  if (!t.schedule_kinds.empty() && !t.evaluator)
+    t.evaluator = simulator_evaluator(profile, cluster, o.state_bytes_per_param_byte);
   return t;
 }
 
@@ -54,7 +59,7 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
         fmt::format("template microbatches must be >= 1, got {}", *options.template_microbatches));
   const int m1 = options.template_microbatches.value_or(
       std::max(1, ceil_div(microbatches, fault_tolerance + 1)));
-  TemplateOptions opt = template_options(options, m1);
+  TemplateOptions opt = template_options(options, m1, profile, cluster);
   PlanResult best;
   best.templates = generate_templates(profile, cluster, opt);
   if (best.templates.templates.empty()) does_not_fit(profile, cluster, opt);
@@ -64,7 +69,8 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
   const int m2 = std::max(1, ceil_div(microbatches, static_cast<int>(best.plan.pipelines.size())));
   if (m2 == m1) return best;
   PlanResult second;
-  second.templates = generate_templates(profile, cluster, template_options(options, m2));
+  second.templates =
+      generate_templates(profile, cluster, template_options(options, m2, profile, cluster));
   if (second.templates.templates.empty()) return best;
   try {
     second.plan =
