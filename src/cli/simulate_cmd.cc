@@ -1,0 +1,292 @@
+// `breakwater simulate`: replays a cluster through a failure trace under one or more policies
+// (breakwater, restart, redundant) and prints a table per policy, or JSON; optionally an SVG of
+// throughput over time. The cluster comes from the analytic GPT-3 model (forecast/model.h), or
+// from a constant step time (--step-ms) to reproduce published comparisons.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/registry.h"
+#include "core/error.h"
+#include "forecast/model.h"
+#include "forecast/planned.h"
+#include "forecast/policies.h"
+#include "forecast/replay.h"
+#include "forecast/report.h"
+#include "forecast/trace.h"
+#include "plan/synth.h"
+
+namespace bw::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model = "gpt3-6.7b";
+  int nodes = 32;
+  int devices_per_node = 8;
+  int fault_tolerance = 2;
+  int microbatches = 512;
+  int microbatch_size = 1;
+  double device_tflops = 140;
+  double device_memory_gb = 80;
+  double device_memory_gb_set = NAN;
+  double step_ms = 0;                  // > 0: constant-step model instead of the analytic one
+  std::string throughput = "planner";  // planner | analytic
+  std::string device = "a100";
+  std::string trace;
+  std::string failure_every;
+  double failure_rate = 0;  // per hour
+  int burst_size = 0;
+  std::string burst_window = "30s";
+  std::string rejoin_after;
+  std::uint64_t seed = 1;
+  double hours = 12;
+  std::vector<std::string> policies;
+  std::string svg;
+  bool json = false;
+  std::string costs_preset;
+  bool whole_step_loss = false;
+  // Cost overrides (NaN: keep the default).
+  double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
+  double restart_ms = NAN, checkpoint_ms = NAN, rebalance_ms = NAN, redundant_restart_ms = NAN;
+  double useful_share = NAN;
+  std::string checkpoint_every;  // steps, or "auto" (Young's interval for the trace)
+};
+
+void set_if(double& field, double value) {
+  if (!std::isnan(value)) field = value;
+}
+
+void run_simulate(const SimulateArgs& a) {
+  using namespace bw::forecast;
+  if (a.hours <= 0) throw ConfigError(fmt::format("--hours must be > 0 (got {})", a.hours));
+  const double duration_ms = a.hours * 3600e3;
+  const int sources = !a.trace.empty() + !a.failure_every.empty() + (a.failure_rate > 0);
+  if (sources != 1) {
+    throw ConfigError(
+        "give exactly one failure source: --trace FILE, --failure-every DURATION or "
+        "--failure-rate PER_HOUR");
+  }
+  Trace trace;
+  if (!a.trace.empty()) {
+    trace = read_trace(a.trace);
+    validate_trace(trace);
+  } else {
+    SyntheticSpec s;
+    s.nodes = a.nodes;
+    s.duration_ms = duration_ms;
+    s.seed = a.seed;
+    if (!a.failure_every.empty()) {
+      s.pattern = FailurePattern::kFixed;
+      s.interval_ms = parse_duration_ms(a.failure_every, "--failure-every");
+    } else {
+      s.pattern = FailurePattern::kPoisson;
+      s.interval_ms = 3600e3 / a.failure_rate;
+    }
+    if (a.burst_size > 0) {
+      s.pattern = FailurePattern::kBursts;
+      s.burst_size = a.burst_size;
+      s.burst_window_ms = parse_duration_ms(a.burst_window, "--burst-window");
+    }
+    if (!a.rejoin_after.empty())
+      s.rejoin_after_ms = parse_duration_ms(a.rejoin_after, "--rejoin-after");
+    trace = make_synthetic(s);
+  }
+
+  PolicyCosts costs;
+  if (a.costs_preset == "oobleck-bert-large") {
+    costs = oobleck_artifact_bert_large();
+  } else if (!a.costs_preset.empty() && a.costs_preset != "default") {
+    throw ConfigError(
+        fmt::format("unknown --costs '{}'; choose default or oobleck-bert-large", a.costs_preset));
+  }
+  set_if(costs.breakwater.detection_ms, a.detection_ms);
+  set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
+  set_if(costs.breakwater.regroup_ms, a.regroup_ms);
+  if (!std::isnan(a.reconfigure_ms)) costs.breakwater.fixed_reconfigure_ms = a.reconfigure_ms;
+  set_if(costs.restart.restart_ms, a.restart_ms);
+  set_if(costs.restart.checkpoint_ms, a.checkpoint_ms);
+  set_if(costs.redundant.rebalance_ms, a.rebalance_ms);
+  set_if(costs.redundant.restart_ms, a.redundant_restart_ms);
+  set_if(costs.redundant.useful_share, a.useful_share);
+
+  std::unique_ptr<ThroughputModel> model;
+  PlannerModel* planner = nullptr;
+  if (a.throughput != "planner" && a.throughput != "analytic") {
+    throw ConfigError(
+        fmt::format("unknown --throughput '{}'; choose planner or analytic", a.throughput));
+  }
+  if (a.step_ms > 0) {
+    model = std::make_unique<ConstantModel>(
+        a.step_ms, static_cast<double>(a.microbatches) * a.microbatch_size);
+  } else if (a.throughput == "planner") {
+    // The real planner: a synthetic profile of the model on the device, templates for up to
+    // the most nodes the trace ever has.
+    const auto dev = plan::find_device(a.device);
+    PlannerSetup setup;
+    // The analytic model's size names map onto the planner's (plan/synth.h).
+    std::string name = a.model;
+    for (const auto& [size, planner_name] :
+         std::vector<std::pair<std::string, std::string>>{{"gpt3-125m", "gpt3-small"},
+                                                          {"gpt3-350m", "gpt3-medium"},
+                                                          {"gpt3-760m", "gpt3-large"},
+                                                          {"gpt3-1.3b", "gpt3-xl"}}) {
+      if (name == size) name = planner_name;
+    }
+    setup.profile = plan::synthesize_profile(plan::find_model(name), dev, a.microbatch_size);
+    setup.cluster.num_nodes = 1;
+    for (const auto& e : trace.events) {
+      setup.cluster.num_nodes = std::max<int>(
+          setup.cluster.num_nodes, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
+    }
+    setup.cluster.devices_per_node = a.devices_per_node;
+    setup.cluster.device_memory_gb =
+        std::isnan(a.device_memory_gb_set) ? dev.memory_gb : a.device_memory_gb_set;
+    setup.cluster.inter_node_gbps = costs.breakwater.inter_node_gbps;
+    setup.fault_tolerance = a.fault_tolerance;
+    setup.microbatches = a.microbatches;
+    auto m = std::make_unique<PlannerModel>(std::move(setup));
+    planner = m.get();
+    model = std::move(m);
+  } else {
+    AnalyticCluster c;
+    c.devices_per_node = a.devices_per_node;
+    c.device_tflops = a.device_tflops;
+    c.device_memory_gb =
+        std::isnan(a.device_memory_gb_set) ? a.device_memory_gb : a.device_memory_gb_set;
+    c.microbatches = a.microbatches;
+    c.microbatch_size = a.microbatch_size;
+    c.fault_tolerance = a.fault_tolerance;
+    auto m = std::make_unique<AnalyticGptModel>(gpt3_preset(a.model), c);
+    if (m->min_nodes_per_pipeline() < 0) {
+      throw ConfigError(fmt::format(
+          "{} does not fit: one microbatch's activations exceed {} GB per device; raise "
+          "--device-memory-gb",
+          a.model, a.device_memory_gb));
+    }
+    model = std::move(m);
+  }
+
+  if (a.checkpoint_every == "auto") {
+    // Young's interval from the trace's failure rate and the step on the initial membership.
+    int removals = 0;
+    for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+    const double mtbf_ms = duration_ms / std::max(1, removals);
+    const auto initial =
+        live_nodes_at(trace, trace.events.empty() ? 0 : trace.events.front().time_ms);
+    const auto step = model->step_ms(static_cast<int>(initial.size()), Arrangement::kUniform);
+    if (!step)
+      throw ConfigError("--checkpoint-every auto: the model does not fit the initial nodes");
+    costs.restart.checkpoint_every_steps =
+        young_checkpoint_steps(costs.restart.checkpoint_ms, mtbf_ms, *step);
+  } else if (!a.checkpoint_every.empty()) {
+    try {
+      std::size_t used = 0;
+      const int k = std::stoi(a.checkpoint_every, &used);
+      if (used != a.checkpoint_every.size() || k < 0) throw std::invalid_argument("");
+      costs.restart.checkpoint_every_steps = k;
+    } catch (const std::logic_error&) {
+      throw ConfigError(fmt::format("--checkpoint-every '{}' is not a step count >= 0 or 'auto'",
+                                    a.checkpoint_every));
+    }
+  }
+  std::vector<std::string> names = a.policies;
+  if (names.empty()) names = {"breakwater", "restart", "redundant"};
+  ReplayOptions options;
+  options.duration_ms = duration_ms;
+  options.whole_step_loss = a.whole_step_loss;
+  std::vector<ReplayResult> results;
+  for (const auto& name : names) {
+    const auto kind = parse_policy(name);
+    if (planner && kind == PolicyKind::kBreakwater) {
+      // Follows the plan through every failure and join (reconfigure / join per event).
+      PlannedBreakwaterPolicy policy(costs, *planner);
+      results.push_back(replay(trace, policy, *model, options));
+    } else {
+      results.push_back(replay(trace, kind, costs, *model, options));
+    }
+  }
+
+  if (!a.svg.empty()) {
+    std::ofstream out(a.svg);
+    if (!out) throw ConfigError(fmt::format("cannot open '{}' for writing", a.svg));
+    SvgOptions so;
+    so.title = a.step_ms > 0 ? fmt::format("constant step {:g} ms", a.step_ms)
+                             : fmt::format("{} on {} nodes x {} devices", a.model, a.nodes,
+                                           a.devices_per_node);
+    out << render_svg(results, so);
+  }
+  if (a.json) {
+    json::Json doc;
+    doc["duration_ms"] = duration_ms;
+    doc["model"] = a.step_ms > 0 ? std::string("constant") : a.model;
+    doc["results"] = to_json(results);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    fmt::print("{}", format_tables(results));
+  }
+}
+
+void add_simulate(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate", "replay a cluster through a failure trace under breakwater, restart, redundant");
+  cmd->add_option("--model", args->model, "gpt3-125m .. gpt3-175b (planner also: bert-large)")
+      ->capture_default_str();
+  cmd->add_option("--nodes", args->nodes, "nodes at the start (synthetic traces)")
+      ->capture_default_str();
+  cmd->add_option("--devices-per-node", args->devices_per_node)->capture_default_str();
+  cmd->add_option("--fault-tolerance", args->fault_tolerance, "f: keep f+1 pipelines")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", args->microbatches, "per global batch")->capture_default_str();
+  cmd->add_option("--microbatch-size", args->microbatch_size)->capture_default_str();
+  cmd->add_option("--device-tflops", args->device_tflops, "sustained FLOP rate per device")
+      ->capture_default_str();
+  cmd->add_option("--device-memory-gb", args->device_memory_gb_set,
+                  "device memory (default: the device's, 80 for the analytic model)");
+  cmd->add_option("--throughput", args->throughput,
+                  "planner (templates + reconfigure per event) or analytic (closed form)")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "planner: device of the synthetic profile")
+      ->capture_default_str();
+  cmd->add_option("--step-ms", args->step_ms,
+                  "constant step time instead of the GPT model (published comparisons)");
+  cmd->add_option("--trace", args->trace, "CSV trace: time_ms,add|remove,nodeN");
+  cmd->add_option("--failure-every", args->failure_every, "fixed interval, e.g. 10m");
+  cmd->add_option("--failure-rate", args->failure_rate, "Poisson failures per hour");
+  cmd->add_option("--burst-size", args->burst_size, "correlated bursts of this many nodes");
+  cmd->add_option("--burst-window", args->burst_window, "spread of one burst")
+      ->capture_default_str();
+  cmd->add_option("--rejoin-after", args->rejoin_after, "removed nodes come back after this");
+  cmd->add_option("--seed", args->seed)->capture_default_str();
+  cmd->add_option("--hours", args->hours, "replayed duration")->capture_default_str();
+  cmd->add_option("--policy", args->policies, "breakwater, restart, redundant (repeatable; all)")
+      ->delimiter(',');
+  cmd->add_option("--svg", args->svg, "write throughput over time here");
+  cmd->add_flag("--json", args->json, "print JSON instead of tables");
+  cmd->add_option("--costs", args->costs_preset, "default or oobleck-bert-large");
+  cmd->add_flag("--whole-step-loss", args->whole_step_loss,
+                "a failure wastes the whole step in flight (Oobleck's artifact accounting)");
+  cmd->add_option("--detection-ms", args->detection_ms, "breakwater: failure detection (1000)");
+  cmd->add_option("--inter-node-gbps", args->inter_node_gbps, "breakwater: state transfer (100)");
+  cmd->add_option("--regroup-ms", args->regroup_ms, "breakwater: new process groups (500)");
+  cmd->add_option("--reconfigure-ms", args->reconfigure_ms,
+                  "breakwater: fixed reconfiguration cost instead of the model");
+  cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
+  cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "restart: steps between (10), or auto (Young's interval)");
+  cmd->add_option("--rebalance-ms", args->rebalance_ms, "redundant: failover+rebalance (76000)");
+  cmd->add_option("--redundant-restart-ms", args->redundant_restart_ms,
+                  "redundant: restart when neighbours fail (76000)");
+  cmd->add_option("--useful-share", args->useful_share,
+                  "redundant: useful fraction of a step (0.1971)");
+  cmd->callback([args] { run_simulate(*args); });
+}
+
+const Registrar kRegistrar("simulate", 50, add_simulate);
+
+}  // namespace
+}  // namespace bw::cli

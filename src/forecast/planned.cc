@@ -1,0 +1,215 @@
+#include "forecast/planned.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/error.h"
+
+namespace bw::forecast {
+namespace {
+
+// instantiate with f, f-1, ..., 0 until one works.
+std::optional<plan::Plan> instantiate_relaxed(const plan::TemplateSet& templates,
+                                              const std::vector<NodeId>& nodes, int f,
+                                              int microbatches, const plan::Cluster& cluster) {
+  if (nodes.empty()) return std::nullopt;
+  for (int ft = f; ft >= 0; --ft) {
+    try {
+      return plan::instantiate(templates, nodes, ft, microbatches, cluster);
+    } catch (const ConfigError&) {
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<NodeId> first_nodes(int n) {
+  std::vector<NodeId> v;
+  for (int i = 0; i < n; ++i) v.push_back(NodeId(i));
+  return v;
+}
+
+}  // namespace
+
+PlannerModel::PlannerModel(PlannerSetup setup) : setup_(std::move(setup)) {
+  plan::validate(setup_.cluster);
+  // Templates once, for the largest membership; a fault tolerance the cluster cannot give is
+  // relaxed (make_plan says why in the error of the last try).
+  for (int f = setup_.fault_tolerance;; --f) {
+    try {
+      templates_ = plan::make_plan(setup_.profile, setup_.cluster, f, setup_.microbatches,
+                                   setup_.planner_options)
+                       .templates;
+      break;
+    } catch (const ConfigError&) {
+      if (f == 0) throw;
+    }
+  }
+  for (const auto& l : setup_.profile.layers) layer_param_bytes_.push_back(l.param_bytes);
+}
+
+double PlannerModel::samples_per_step() const {
+  return static_cast<double>(setup_.microbatches) * setup_.profile.microbatch_size;
+}
+
+std::optional<plan::Plan> PlannerModel::plan_for(int nodes) {
+  if (auto it = plans_.find(nodes); it != plans_.end()) return it->second;
+  auto p = instantiate_relaxed(templates_, first_nodes(nodes), setup_.fault_tolerance,
+                               setup_.microbatches, setup_.cluster);
+  plans_[nodes] = p;
+  return p;
+}
+
+std::optional<double> PlannerModel::step_ms(int nodes, Arrangement arrangement) {
+  if (nodes <= 0) return std::nullopt;
+  if (arrangement == Arrangement::kTemplates) {
+    const auto p = plan_for(nodes);
+    if (!p) return std::nullopt;
+    return p->step_ms;
+  }
+  if (auto it = uniform_.find(nodes); it != uniform_.end()) return it->second;
+  // Identical pipelines: one template size p, floor(n / p) of them, the rest idle. At least
+  // f + 1 of them when some size allows it, as for kTemplates.
+  std::optional<double> best;
+  for (int pass = 0; pass < 2 && !best; ++pass) {
+    for (const auto& t : templates_.templates) {
+      const int k = std::min(nodes / t.num_nodes, setup_.microbatches);
+      if (k == 0 || (pass == 0 && k < setup_.fault_tolerance + 1)) continue;
+      plan::TemplateSet only = templates_;
+      only.templates = {t};
+      const auto p = instantiate_relaxed(only, first_nodes(k * t.num_nodes),
+                                         pass == 0 ? setup_.fault_tolerance : 0,
+                                         setup_.microbatches, setup_.cluster);
+      if (p && (!best || p->step_ms < *best)) best = p->step_ms;
+    }
+  }
+  uniform_[nodes] = best;
+  return best;
+}
+
+double PlannerModel::state_bytes_per_node(int nodes) const {
+  // Weights and two AdamW moments of a node's share in the smallest template.
+  const auto n0 = templates_.min_nodes().value_or(1);
+  double total = 0;
+  for (double b : layer_param_bytes_) total += b;
+  (void)nodes;
+  return 3.0 * total / n0;
+}
+
+double PlannerModel::copy_bytes(const std::vector<plan::LayerCopy>& copies) const {
+  double bytes = 0;
+  for (const auto& c : copies) bytes += 3.0 * layer_param_bytes_[c.layer.value()];
+  return bytes;
+}
+
+double PlannerModel::copy_ms(const std::vector<plan::LayerCopy>& copies) const {
+  // A layer crosses the network once per receiving node (then fans out to that node's devices
+  // over the intra-node link); each node link carries its inbound and outbound bytes.
+  std::set<std::tuple<int, int, int>> crossings;  // (from node, to node, layer)
+  std::map<int, double> intra;                    // per receiving node, fan-out bytes
+  for (const auto& c : copies) {
+    const double bytes = 3.0 * layer_param_bytes_[c.layer.value()];
+    intra[c.to.node.value()] += bytes;
+    if (c.to.node != c.from.node) {
+      crossings.insert({c.from.node.value(), c.to.node.value(), c.layer.value()});
+    }
+  }
+  std::map<int, double> in, out;
+  for (const auto& [from, to, layer] : crossings) {
+    const double bytes = 3.0 * layer_param_bytes_[layer];
+    in[to] += bytes;
+    out[from] += bytes;
+  }
+  double busiest = 0, fan_out = 0;
+  for (const auto& [n, b] : in) busiest = std::max(busiest, b);
+  for (const auto& [n, b] : out) busiest = std::max(busiest, b);
+  for (const auto& [n, b] : intra) fan_out = std::max(fan_out, b);
+  const double inter_ms = busiest > 0 ? setup_.cluster.transfer_ms(busiest, false) : 0.0;
+  const double intra_ms = fan_out > 0 ? setup_.cluster.transfer_ms(fan_out, true) : 0.0;
+  return inter_ms + intra_ms;
+}
+
+PlannedBreakwaterPolicy::PlannedBreakwaterPolicy(const PolicyCosts& costs, PlannerModel& model)
+    : costs_(costs), model_(model) {}
+
+NodeId PlannedBreakwaterPolicy::id_of(const std::string& name) {
+  auto [it, fresh] = ids_.try_emplace(name, NodeId(next_id_));
+  if (fresh) ++next_id_;
+  return it->second;
+}
+
+void PlannedBreakwaterPolicy::replan() {
+  const auto& s = model_.setup();
+  plan_ =
+      instantiate_relaxed(model_.templates(), live_, s.fault_tolerance, s.microbatches, s.cluster);
+}
+
+void PlannedBreakwaterPolicy::on_start(const std::vector<std::string>& nodes) {
+  live_.clear();
+  for (const auto& n : nodes) live_.push_back(id_of(n));
+  std::sort(live_.begin(), live_.end());
+  replan();
+}
+
+std::optional<RunParams> PlannedBreakwaterPolicy::run_params(int nodes) {
+  if (!plan_ || nodes <= 0) return std::nullopt;
+  return RunParams{plan_->step_ms, 1.0, 0, 0.0};
+}
+
+Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
+  const auto& b = costs_.breakwater;
+  const auto& s = model_.setup();
+  const NodeId id = id_of(change.node);
+  Reaction r;
+  r.cause = Cause::kReconfigure;
+  if (change.kind == EventKind::kRemove) {
+    std::erase(live_, id);
+    r.rollback = Rollback::kStep;
+    double copy_ms = 0;
+    if (plan_) {
+      try {
+        auto next = plan::reconfigure(*plan_, model_.templates(), {id}, s.cluster);
+        copy_ms = model_.copy_ms(next.copies);
+        plan_ = std::move(next.plan);
+      } catch (const ConfigError&) {
+        // No live replica of some layer (or too few survivors): checkpoint the last committed
+        // step and restart on a fresh plan.
+        ++fatal_restarts_;
+        replan();
+        r.cause = Cause::kRestart;
+        r.downtime_ms = costs_.restart.restart_ms;
+        return r;
+      }
+    } else {
+      replan();
+    }
+    r.downtime_ms =
+        b.fixed_reconfigure_ms ? *b.fixed_reconfigure_ms : b.detection_ms + copy_ms + b.regroup_ms;
+    return r;
+  }
+  live_.push_back(id);
+  std::sort(live_.begin(), live_.end());
+  r.rollback = Rollback::kNone;
+  r.at_step_boundary = true;
+  double copy_ms = 0;
+  if (plan_) {
+    try {
+      auto next = plan::join(*plan_, model_.templates(), {id}, s.cluster);
+      copy_ms = model_.copy_ms(next.copies);
+      plan_ = std::move(next.plan);
+    } catch (const ConfigError&) {
+      replan();
+    }
+  } else {
+    replan();
+    if (plan_) r.cause = Cause::kRestart;  // training resumes from its stop checkpoint
+  }
+  r.downtime_ms = b.fixed_reconfigure_ms ? *b.fixed_reconfigure_ms : copy_ms + b.regroup_ms;
+  if (r.cause == Cause::kRestart) r.downtime_ms = costs_.restart.restart_ms;
+  return r;
+}
+
+}  // namespace bw::forecast

@@ -1,0 +1,432 @@
+#include "forecast/replay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+#include "core/check.h"
+#include "core/error.h"
+
+namespace bw::forecast {
+
+double TimeBreakdown::total_ms() const {
+  return useful_ms + redundant_ms + lost_ms + checkpoint_ms + reconfigure_ms + restart_ms +
+         rebalance_ms + stalled_ms;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Where a run stands `x` ms after it started: cycles of k steps then one checkpoint.
+struct RunPosition {
+  double steps = 0;                  // completed steps
+  double covered_steps = 0;          // steps covered by a completed checkpoint of this run
+  bool any_checkpoint = false;       // a checkpoint of this run has completed
+  double step_elapsed_ms = 0;        // elapsed part of the in-flight step
+  double checkpoint_elapsed_ms = 0;  // elapsed part of an in-flight checkpoint
+  double checkpoint_done_ms = 0;     // time in completed checkpoints
+};
+
+// Step and checkpoint boundaries are computed by division; snap values within a relative 1e-9 of
+// a boundary onto it so a change scheduled for a boundary lands exactly there.
+double snap_floor(double v) { return std::floor(v + 1e-9); }
+
+RunPosition locate(const RunParams& p, double x) {
+  RunPosition pos;
+  const double T = p.step_ms;
+  const int k = p.checkpoint_every_steps;
+  if (k > 0) {
+    const double cycle = k * T + p.checkpoint_ms;
+    const double c = snap_floor(x / cycle);
+    const double r = std::max(0.0, x - c * cycle);
+    pos.covered_steps = c * k;
+    pos.any_checkpoint = c >= 1;
+    pos.checkpoint_done_ms = c * p.checkpoint_ms;
+    const double s = snap_floor(r / T);
+    if (s < k) {
+      pos.steps = c * k + s;
+      pos.step_elapsed_ms = std::max(0.0, r - s * T);
+    } else {
+      pos.steps = c * k + k;
+      pos.checkpoint_elapsed_ms = std::max(0.0, r - k * T);
+    }
+  } else {
+    pos.steps = snap_floor(x / T);
+    pos.step_elapsed_ms = std::max(0.0, x - pos.steps * T);
+  }
+  return pos;
+}
+
+class Engine {
+ public:
+  Engine(Policy& policy, ThroughputModel& model, const ReplayOptions& options)
+      : policy_(policy), model_(model), options_(options) {
+    result_.policy = policy.kind();
+  }
+
+  ReplayResult run(const Trace& trace) {
+    const auto& ev = trace.events;
+    double end = options_.duration_ms;
+    if (end <= 0) end = ev.empty() ? 0 : ev.back().time_ms;
+    if (!(end > 0)) {
+      throw ConfigError(
+          "nothing to replay: the trace is empty or ends at time 0; give a duration (--hours)");
+    }
+    result_.duration_ms = end;
+    // Initial membership: every event at the first timestamp.
+    std::size_t i = 0;
+    const double t0 = ev.empty() ? 0 : std::min(ev.front().time_ms, end);
+    std::vector<std::string> initial;
+    while (i < ev.size() && ev[i].time_ms == ev.front().time_ms) {
+      apply_membership(ev[i]);
+      if (ev[i].kind == EventKind::kAdd) {
+        initial.push_back(ev[i].node);
+      } else {
+        std::erase(initial, ev[i].node);
+      }
+      ++i;
+    }
+    policy_.on_start(initial);
+    if (t0 > 0) {
+      result_.time.stalled_ms += t0;
+      segment(0, t0, 0.0);
+    }
+    resume(t0);
+    while (true) {
+      const double te = i < ev.size() ? ev[i].time_ms : kInf;
+      const double ti = internal_time();
+      const double t = std::min(te, ti);
+      if (t >= end) break;
+      if (ti <= te) {
+        on_internal(ti);
+      } else {
+        // Simultaneous events are one change (a burst is detected and handled together).
+        std::size_t j = i;
+        while (j < ev.size() && ev[j].time_ms == te) ++j;
+        on_events(ev, i, j);
+        i = j;
+      }
+    }
+    finish(end);
+    BW_CHECK(std::abs(result_.time.total_ms() - end) <= 1e-6 * std::max(1.0, end),
+             "time accounting {} ms != duration {} ms", result_.time.total_ms(), end);
+    return std::move(result_);
+  }
+
+ private:
+  enum class Mode { kRunning, kRecovering, kStalled };
+
+  struct Carry {  // committed steps not covered by any checkpoint yet
+    double useful_ms = 0, redundant_ms = 0, samples = 0, steps = 0;
+  };
+
+  void apply_membership(const TraceEvent& e) {
+    if (e.kind == EventKind::kAdd) {
+      if (!live_.insert(e.node).second) {
+        throw ConfigError(
+            fmt::format("trace adds {} at {:.0f} ms but it is already live", e.node, e.time_ms));
+      }
+    } else if (live_.erase(e.node) == 0) {
+      throw ConfigError(
+          fmt::format("trace removes {} at {:.0f} ms but it is not live", e.node, e.time_ms));
+    }
+  }
+  int nodes() const { return static_cast<int>(live_.size()); }
+
+  double internal_time() const {
+    if (mode_ == Mode::kRunning && pending_) return pending_time_;
+    if (mode_ == Mode::kRecovering) return rec_end_;
+    return kInf;
+  }
+
+  // `n`: nodes during the span (-1: the current membership).
+  void segment(double a, double b, double rate, int n = -1) {
+    if (!options_.record_timeline || b <= a) return;
+    if (n < 0) n = nodes();
+    auto& tl = result_.timeline;
+    if (!tl.empty() && tl.back().end_ms == a && tl.back().samples_per_s == rate &&
+        tl.back().nodes == n) {
+      tl.back().end_ms = b;
+      return;
+    }
+    tl.push_back({a, b, rate, n});
+  }
+
+  // Tries to start training at t on the current membership.
+  void resume(double t) {
+    policy_.on_resumed();
+    const auto p = nodes() > 0 ? policy_.run_params(nodes()) : std::nullopt;
+    if (p) {
+      BW_CHECK(p->step_ms > 0, "policy returned step time {} ms", p->step_ms);
+      mode_ = Mode::kRunning;
+      run_ = *p;
+      run_nodes_ = nodes();
+    } else {
+      mode_ = Mode::kStalled;
+    }
+    mode_start_ = t;
+  }
+
+  void keep_steps(double steps) {
+    const double T = run_.step_ms;
+    const double useful = steps * T * run_.useful_share;
+    const double redundant = steps * T - useful;
+    const double samples = steps * model_.samples_per_step();
+    result_.time.useful_ms += useful;
+    result_.time.redundant_ms += redundant;
+    result_.samples += samples;
+    result_.steps += steps;
+    carry_.useful_ms += useful;
+    carry_.redundant_ms += redundant;
+    carry_.samples += samples;
+    carry_.steps += steps;
+  }
+
+  // Ends the running span at t with `rollback`; returns the elapsed part of the in-flight step.
+  double end_run(double t, Rollback rollback) {
+    const auto pos = locate(run_, t - mode_start_);
+    const double T = run_.step_ms;
+    segment(mode_start_, t, model_.samples_per_step() / T * 1e3, run_nodes_);
+    result_.time.checkpoint_ms += pos.checkpoint_done_ms + pos.checkpoint_elapsed_ms;
+    // A checkpoint completed in this span covers everything before it, earlier spans included.
+    if (pos.any_checkpoint) carry_ = {};
+    keep_steps(pos.covered_steps);
+    if (pos.any_checkpoint) carry_ = {};
+    keep_steps(pos.steps - pos.covered_steps);
+    if (rollback == Rollback::kCheckpoint) {
+      // Back to the last completed checkpoint: every step it does not cover is lost.
+      result_.time.useful_ms -= carry_.useful_ms;
+      result_.time.redundant_ms -= carry_.redundant_ms;
+      result_.samples -= carry_.samples;
+      result_.steps -= carry_.steps;
+      result_.time.lost_ms += carry_.useful_ms + carry_.redundant_ms;
+      carry_ = {};
+    }
+    BW_CHECK(rollback != Rollback::kNone || pos.step_elapsed_ms < 1e-6 * T,
+             "a change without rollback must land on a step boundary ({} ms into a step)",
+             pos.step_elapsed_ms);
+    result_.time.lost_ms += pos.step_elapsed_ms;
+    return pos.checkpoint_elapsed_ms > 0 ? -1.0 : pos.step_elapsed_ms;
+  }
+
+  // The next step (or checkpoint) boundary at or after t while running.
+  double next_boundary(double t) const {
+    const auto pos = locate(run_, t - mode_start_);
+    if (pos.checkpoint_elapsed_ms > 0) return t + (run_.checkpoint_ms - pos.checkpoint_elapsed_ms);
+    if (pos.step_elapsed_ms == 0) return t;
+    return t + (run_.step_ms - pos.step_elapsed_ms);
+  }
+
+  void count(const Reaction& r) {
+    switch (r.cause) {
+      case Cause::kReconfigure:
+        ++result_.reconfigurations;
+        break;
+      case Cause::kRestart:
+        ++result_.restarts;
+        break;
+      case Cause::kRebalance:
+        ++result_.rebalances;
+        break;
+    }
+  }
+
+  void start_recovery(double t, double tail_ms, const Reaction& r) {
+    mode_ = Mode::kRecovering;
+    mode_start_ = t;
+    tail_end_ = t + tail_ms;
+    ckpt_end_ = tail_end_ + r.checkpoint_ms;
+    rec_end_ = ckpt_end_ + r.downtime_ms;
+    cause_ = r.cause;
+    ckpt_resets_carry_ = r.checkpoint_ms > 0;
+  }
+
+  // Accounts the recovery's phases over [mode_start_, t).
+  void account_recovery(double t) {
+    auto clip = [&](double a, double b) {
+      return std::max(0.0, std::min(b, t) - std::max(a, mode_start_));
+    };
+    result_.time.lost_ms += clip(mode_start_, tail_end_);
+    result_.time.checkpoint_ms += clip(tail_end_, ckpt_end_);
+    const double down = clip(ckpt_end_, rec_end_);
+    switch (cause_) {
+      case Cause::kReconfigure:
+        result_.time.reconfigure_ms += down;
+        break;
+      case Cause::kRestart:
+        result_.time.restart_ms += down;
+        break;
+      case Cause::kRebalance:
+        result_.time.rebalance_ms += down;
+        break;
+    }
+    if (ckpt_resets_carry_ && t >= ckpt_end_) carry_ = {};
+    segment(mode_start_, t, 0.0);
+  }
+
+  void on_internal(double t) {
+    if (mode_ == Mode::kRunning) {
+      BW_CHECK(pending_, "internal event while running without a pending change");
+      const Reaction r = *pending_;
+      pending_.reset();
+      end_run(t, Rollback::kNone);
+      start_recovery(t, 0.0, r);
+      return;
+    }
+    BW_CHECK(mode_ == Mode::kRecovering, "internal event in mode {}", static_cast<int>(mode_));
+    account_recovery(t);
+    resume(t);
+  }
+
+  // The strongest of two reactions to changes handled together.
+  static Reaction merge(const Reaction& a, const Reaction& b) {
+    Reaction m = a;
+    m.downtime_ms = std::max(a.downtime_ms, b.downtime_ms);
+    m.checkpoint_ms = std::max(a.checkpoint_ms, b.checkpoint_ms);
+    if (a.cause == Cause::kRestart || b.cause == Cause::kRestart) {
+      m.cause = Cause::kRestart;
+    } else if (b.downtime_ms > a.downtime_ms) {
+      m.cause = b.cause;
+    }
+    m.rollback = std::max(a.rollback, b.rollback);  // kNone < kStep < kCheckpoint
+    m.at_step_boundary = a.at_step_boundary && b.at_step_boundary;
+    return m;
+  }
+
+  void on_events(const std::vector<TraceEvent>& ev, std::size_t from, std::size_t to) {
+    const double t = ev[from].time_ms;
+    std::optional<Reaction> r;
+    for (std::size_t k = from; k < to; ++k) {
+      const auto& e = ev[k];
+      const int before = nodes();
+      apply_membership(e);
+      if (e.kind == EventKind::kAdd) {
+        ++result_.joins;
+        result_.join_times_ms.push_back(t);
+      } else {
+        ++result_.failures;
+        result_.failure_times_ms.push_back(t);
+      }
+      const Reaction one =
+          policy_.on_change(Change{e.kind, e.node, before, nodes(), mode_ == Mode::kRunning});
+      r = r ? merge(*r, one) : one;
+    }
+    react(t, *r);
+  }
+
+  void react(double t, const Reaction& r) {
+    const bool runnable = nodes() > 0 && policy_.run_params(nodes()).has_value();
+    switch (mode_) {
+      case Mode::kRunning: {
+        if (r.at_step_boundary && r.rollback == Rollback::kNone) {
+          if (pending_) {
+            *pending_ = merge(*pending_, r);
+          } else {
+            pending_ = r;
+            pending_time_ = next_boundary(t);
+            count(r);
+          }
+          if (pending_time_ <= t) on_internal(t);
+          return;
+        }
+        Reaction merged = r;
+        if (pending_) {  // a join waiting for the boundary is folded into this recovery
+          merged = merge(*pending_, r);
+          pending_.reset();
+        } else if (runnable) {
+          count(merged);
+        }
+        const double T = run_.step_ms;
+        const double elapsed = end_run(t, merged.rollback);
+        const double tail =
+            options_.whole_step_loss && merged.rollback != Rollback::kNone && elapsed > 0
+                ? T - elapsed
+                : 0.0;
+        merged.checkpoint_ms = 0;
+        // With nothing to recover to, only the wasted tail remains before stalling.
+        if (!runnable) merged.downtime_ms = 0;
+        start_recovery(t, tail, merged);
+        return;
+      }
+      case Mode::kRecovering: {
+        account_recovery(t);
+        count(r);
+        const double old_end = rec_end_;
+        // The wasted tail of an interrupted step (whole-step accounting) stays lost time.
+        const double tail = std::max(0.0, tail_end_ - t);
+        // A restart in progress stays a restart; otherwise the latest change decides.
+        const Cause cause =
+            cause_ == Cause::kRestart || r.cause == Cause::kRestart ? Cause::kRestart : r.cause;
+        start_recovery(t, tail, Reaction{cause, 0.0, 0.0, r.rollback, false});
+        rec_end_ = std::max({old_end, rec_end_, t + r.downtime_ms});
+        return;
+      }
+      case Mode::kStalled: {
+        if (runnable) {
+          result_.time.stalled_ms += t - mode_start_;
+          segment(mode_start_, t, 0.0);
+          count(r);
+          start_recovery(t, 0.0, Reaction{r.cause, r.downtime_ms, 0.0, r.rollback, false});
+        }
+        return;
+      }
+    }
+  }
+
+  void finish(double end) {
+    switch (mode_) {
+      case Mode::kRunning: {
+        const double elapsed = end_run(end, Rollback::kStep);
+        if (elapsed > 0) {
+          // The step in flight at the end counts for its elapsed part.
+          result_.time.lost_ms -= elapsed;
+          keep_steps(elapsed / run_.step_ms);
+        }
+        break;
+      }
+      case Mode::kRecovering:
+        account_recovery(end);
+        break;
+      case Mode::kStalled:
+        result_.time.stalled_ms += end - mode_start_;
+        segment(mode_start_, end, 0.0);
+        break;
+    }
+  }
+
+  Policy& policy_;
+  ThroughputModel& model_;
+  ReplayOptions options_;
+  ReplayResult result_;
+  std::unordered_set<std::string> live_;
+  Mode mode_ = Mode::kStalled;
+  double mode_start_ = 0;
+  RunParams run_;
+  int run_nodes_ = 0;
+  std::optional<Reaction> pending_;
+  double pending_time_ = 0;
+  double tail_end_ = 0, ckpt_end_ = 0, rec_end_ = 0;
+  Cause cause_ = Cause::kReconfigure;
+  bool ckpt_resets_carry_ = false;
+  Carry carry_;
+};
+
+}  // namespace
+
+ReplayResult replay(const Trace& trace, Policy& policy, ThroughputModel& model,
+                    const ReplayOptions& options) {
+  Engine engine(policy, model, options);
+  return engine.run(trace);
+}
+
+ReplayResult replay(const Trace& trace, PolicyKind kind, const PolicyCosts& costs,
+                    ThroughputModel& model, const ReplayOptions& options) {
+  auto policy = make_policy(kind, costs, model);
+  return replay(trace, *policy, model, options);
+}
+
+}  // namespace bw::forecast

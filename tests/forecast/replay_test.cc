@@ -1,0 +1,224 @@
+// Replay on hand-computable cases: constant step times, failures at known times, every
+// millisecond accounted for.
+#include "forecast/replay.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace bw::forecast {
+namespace {
+
+Trace nodes_then(int n, const std::string& rest) {
+  std::string text;
+  for (int i = 1; i <= n; ++i) text += fmt::format("0,add,node{}\n", i);
+  return parse_trace(text + rest, "test");
+}
+
+PolicyCosts hand_costs() {
+  PolicyCosts c;
+  c.breakwater.fixed_reconfigure_ms = 2000;
+  c.restart.restart_ms = 3000;
+  c.restart.checkpoint_ms = 500;
+  c.restart.checkpoint_every_steps = 2;
+  c.redundant.rebalance_ms = 1500;
+  c.redundant.restart_ms = 4000;
+  c.redundant.useful_share = 0.5;
+  return c;
+}
+
+void expect_breakdown(const ReplayResult& r, const TimeBreakdown& want) {
+  EXPECT_NEAR(r.time.useful_ms, want.useful_ms, 1e-6);
+  EXPECT_NEAR(r.time.redundant_ms, want.redundant_ms, 1e-6);
+  EXPECT_NEAR(r.time.lost_ms, want.lost_ms, 1e-6);
+  EXPECT_NEAR(r.time.checkpoint_ms, want.checkpoint_ms, 1e-6);
+  EXPECT_NEAR(r.time.reconfigure_ms, want.reconfigure_ms, 1e-6);
+  EXPECT_NEAR(r.time.restart_ms, want.restart_ms, 1e-6);
+  EXPECT_NEAR(r.time.rebalance_ms, want.rebalance_ms, 1e-6);
+  EXPECT_NEAR(r.time.stalled_ms, want.stalled_ms, 1e-6);
+  EXPECT_NEAR(r.time.total_ms(), r.duration_ms, 1e-6);
+}
+
+ReplayResult run(const Trace& t, PolicyKind k, double duration_ms, bool whole = false,
+                 double step_ms = 1000) {
+  ConstantModel model(step_ms, 8);
+  ReplayOptions o;
+  o.duration_ms = duration_ms;
+  o.whole_step_loss = whole;
+  return replay(t, k, hand_costs(), model, o);
+}
+
+TEST(Replay, NoFailuresEveryPolicy) {
+  const auto t = nodes_then(4, "");
+  // breakwater: 10 steps of 1 s.
+  auto r = run(t, PolicyKind::kBreakwater, 10000);
+  expect_breakdown(r, {.useful_ms = 10000});
+  EXPECT_DOUBLE_EQ(r.steps, 10);
+  EXPECT_DOUBLE_EQ(r.samples, 80);
+  EXPECT_DOUBLE_EQ(r.useful_fraction(), 1.0);
+  // restart: cycles of 2 steps + 0.5 s checkpoint; 4 cycles in 10 s.
+  r = run(t, PolicyKind::kRestart, 10000);
+  expect_breakdown(r, {.useful_ms = 8000, .checkpoint_ms = 2000});
+  EXPECT_DOUBLE_EQ(r.steps, 8);
+  // redundant: steps of 2 s, half useful.
+  r = run(t, PolicyKind::kRedundant, 10000);
+  expect_breakdown(r, {.useful_ms = 5000, .redundant_ms = 5000});
+  EXPECT_DOUBLE_EQ(r.steps, 5);
+  EXPECT_EQ(r.failures + r.joins + r.reconfigurations + r.restarts + r.rebalances, 0);
+}
+
+TEST(Replay, OneFailureBreakwater) {
+  const auto t = nodes_then(4, "3500,remove,node2\n");
+  // 3 steps, 0.5 s of the 4th lost, 2 s reconfiguration from 3.5 s to 5.5 s, then 4.5 steps.
+  auto r = run(t, PolicyKind::kBreakwater, 10000);
+  expect_breakdown(r, {.useful_ms = 7500, .lost_ms = 500, .reconfigure_ms = 2000});
+  EXPECT_EQ(r.failures, 1);
+  EXPECT_EQ(r.reconfigurations, 1);
+  EXPECT_DOUBLE_EQ(r.steps, 7.5);
+  // Whole-step accounting: the interrupted step runs out (to 4 s) before the reconfiguration.
+  r = run(t, PolicyKind::kBreakwater, 10000, true);
+  expect_breakdown(r, {.useful_ms = 7000, .lost_ms = 1000, .reconfigure_ms = 2000});
+}
+
+TEST(Replay, OneFailureRestartLosesWorkSinceCheckpoint) {
+  // Cycle: steps [0,1) [1,2), checkpoint [2,2.5), steps [2.5,3.5) [3.5,4.5), checkpoint...
+  // A failure at 4.2 s keeps the 2 checkpointed steps, loses the step done at 3.5 s and 0.7 s
+  // of the next; restart 3 s to 7.2 s; then 2 steps + checkpoint (to 9.7 s) + 0.3 of a step.
+  const auto t = nodes_then(4, "4200,remove,node1\n");
+  const auto r = run(t, PolicyKind::kRestart, 10000);
+  expect_breakdown(
+      r,
+      {.useful_ms = 2000 + 2000 + 300, .lost_ms = 1700, .checkpoint_ms = 1000, .restart_ms = 3000});
+  EXPECT_EQ(r.restarts, 1);
+}
+
+TEST(Replay, FailureDuringCheckpointWastesIt) {
+  // Failure at 2.2 s, inside the first checkpoint [2, 2.5): both steps lost (not covered yet).
+  const auto t = nodes_then(4, "2200,remove,node1\n");
+  const auto r = run(t, PolicyKind::kRestart, 5200);
+  // Restart to 5.2 s; the run ends there.
+  expect_breakdown(r, {.lost_ms = 2000, .checkpoint_ms = 200, .restart_ms = 3000});
+}
+
+TEST(Replay, RedundantIsolatedFailureRebalances) {
+  // Steps of 2 s (half redundant). Failure at 5 s: 2 steps kept, 1 s lost, rebalance 1.5 s.
+  const auto t = nodes_then(6, "5000,remove,node3\n");
+  const auto r = run(t, PolicyKind::kRedundant, 10500);
+  // Resume at 6.5 s: 2 more steps to 10.5 s.
+  expect_breakdown(
+      r, {.useful_ms = 4000, .redundant_ms = 4000, .lost_ms = 1000, .rebalance_ms = 1500});
+  EXPECT_EQ(r.rebalances, 1);
+  EXPECT_EQ(r.restarts, 0);
+}
+
+TEST(Replay, RedundantNeighboursFailingTogetherRestart) {
+  // node3 fails at 5 s, its neighbour node4 at 5.5 s during the rebalance: full restart 4 s.
+  const auto t = nodes_then(6, "5000,remove,node3\n5500,remove,node4\n");
+  const auto r = run(t, PolicyKind::kRedundant, 11500);
+  // Rebalance 5 -> 5.5 s, then restart until max(6.5, 9.5) = 9.5 s; 1 step to 11.5 s.
+  expect_breakdown(r, {.useful_ms = 3000,
+                       .redundant_ms = 3000,
+                       .lost_ms = 1000,
+                       .restart_ms = 4000,
+                       .rebalance_ms = 500});
+  EXPECT_EQ(r.restarts, 1);
+  // Non-neighbours (node1 and node4) fail over twice without a restart.
+  const auto t2 = nodes_then(6, "5000,remove,node1\n5500,remove,node4\n");
+  const auto r2 = run(t2, PolicyKind::kRedundant, 11500);
+  EXPECT_EQ(r2.restarts, 0);
+  EXPECT_EQ(r2.rebalances, 2);
+  EXPECT_NEAR(r2.time.rebalance_ms, 500 + 1500, 1e-6);
+}
+
+TEST(Replay, AllNodesLostStalls) {
+  const auto t = nodes_then(2, "4200,remove,node1\n4200,remove,node2\n");
+  for (auto k : {PolicyKind::kBreakwater, PolicyKind::kRedundant}) {
+    const auto r = run(t, k, 10000);
+    EXPECT_EQ(r.failures, 2);
+    EXPECT_NEAR(r.time.stalled_ms + r.time.useful_ms + r.time.redundant_ms + r.time.lost_ms, 10000,
+                1e-6);
+  }
+  const auto r = run(t, PolicyKind::kBreakwater, 10000);
+  expect_breakdown(r, {.useful_ms = 4000, .lost_ms = 200, .stalled_ms = 5800});
+  EXPECT_DOUBLE_EQ(r.samples, 32);
+}
+
+TEST(Replay, TooFewNodesStallsUntilAJoin) {
+  // Needs 3 nodes. 3 -> 2 at 2.5 s (stall), node4 joins at 6 s: reconfigure 2 s, run from 8 s.
+  ConstantModel model(1000, 8, 3);
+  const auto t = nodes_then(3, "2500,remove,node1\n6000,add,node4\n");
+  ReplayOptions o;
+  o.duration_ms = 10000;
+  const auto r = replay(t, PolicyKind::kBreakwater, hand_costs(), model, o);
+  expect_breakdown(r,
+                   {.useful_ms = 4000, .lost_ms = 500, .reconfigure_ms = 2000, .stalled_ms = 3500});
+  EXPECT_EQ(r.joins, 1);
+}
+
+TEST(Replay, JoinWaitsForStepBoundary) {
+  // Join at 3.4 s: the step ends at 4 s, then 2 s reconfiguration, 4 steps to 10 s; no loss.
+  const auto t = nodes_then(4, "3400,add,node9\n");
+  const auto r = run(t, PolicyKind::kBreakwater, 10000);
+  expect_breakdown(r, {.useful_ms = 8000, .reconfigure_ms = 2000});
+  // Restart policy: checkpoint at the boundary (0.5 s), then the restart (3 s). The run's own
+  // checkpoint fell at [2, 2.5), so the step boundary after 3.4 s is 3.5 s.
+  const auto r2 = run(t, PolicyKind::kRestart, 10000);
+  // 3.5 + 0.5 + 3 = 7 s; then 2 steps + checkpoint to 9.5 s and half a step.
+  expect_breakdown(
+      r2, {.useful_ms = 3000 + 2500, .checkpoint_ms = 500 + 500 + 500, .restart_ms = 3000});
+}
+
+TEST(Replay, InitialMembershipLaterThanZeroIsStalledTime) {
+  const auto t = parse_trace("1000,add,a\n1000,add,b\n", "late");
+  const auto r = run(t, PolicyKind::kBreakwater, 5000);
+  expect_breakdown(r, {.useful_ms = 4000, .stalled_ms = 1000});
+}
+
+TEST(Replay, RejectsInconsistentTraceAndEmptyWindow) {
+  EXPECT_THROW(run(parse_trace("0,add,a\n5,remove,b\n", "x"), PolicyKind::kBreakwater, 100),
+               ConfigError);
+  EXPECT_THROW(run(parse_trace("0,add,a\n", "x"), PolicyKind::kBreakwater, 0), ConfigError);
+}
+
+TEST(Replay, TimelineCoversTheWindowAndMarksFailures) {
+  const auto t = nodes_then(4, "3500,remove,node2\n");
+  const auto r = run(t, PolicyKind::kBreakwater, 10000);
+  ASSERT_FALSE(r.timeline.empty());
+  EXPECT_DOUBLE_EQ(r.timeline.front().start_ms, 0);
+  EXPECT_DOUBLE_EQ(r.timeline.back().end_ms, 10000);
+  for (std::size_t i = 1; i < r.timeline.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r.timeline[i].start_ms, r.timeline[i - 1].end_ms) << i;
+  }
+  EXPECT_EQ(r.failure_times_ms, std::vector<double>{3500});
+}
+
+TEST(YoungInterval, MatchesTheFormulaAndMinimisesLossOnPoisson) {
+  // sqrt(2 * 15.8 s * 600 s) = 137.7 s = 4.2 steps of 32.6 s.
+  EXPECT_EQ(young_checkpoint_steps(15.8e3, 600e3, 32.6e3), 4);
+  EXPECT_EQ(young_checkpoint_steps(15.8e3, 600e3, 1e6), 1);
+  EXPECT_THROW(young_checkpoint_steps(0, 600e3, 1e3), ConfigError);
+  // On Poisson failures, Young's k is within 2% of the best k found by brute force.
+  SyntheticSpec s;
+  s.pattern = FailurePattern::kPoisson;
+  s.nodes = 10000;
+  s.interval_ms = 600e3;
+  s.duration_ms = 100 * 3600e3;
+  const auto trace = make_synthetic(s);
+  ConstantModel model(2000, 1);
+  ReplayOptions o;
+  o.duration_ms = s.duration_ms;
+  auto useful = [&](int k) {
+    PolicyCosts c;
+    c.restart.checkpoint_every_steps = k;
+    return replay(trace, PolicyKind::kRestart, c, model, o).useful_fraction();
+  };
+  double best = 0;
+  for (int k = 1; k <= 120; ++k) best = std::max(best, useful(k));
+  EXPECT_GE(useful(young_checkpoint_steps(15.8e3, 600e3, 2000)), best - 0.02);
+}
+
+}  // namespace
+}  // namespace bw::forecast
