@@ -33,8 +33,8 @@ torch::Tensor normal(at::Generator& gen, std::vector<int64_t> shape, double std)
 class EmbeddingLayer final : public Layer {
  public:
   EmbeddingLayer(const GptConfig& c, int index, at::Generator& gen) : Layer(index) {
-    wte_ = register_parameter("wte.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
-    wpe_ = register_parameter("wpe.weight", normal(gen, {c.seq_len, c.d_model}, kInitStd));
+    wte_ = add_parameter("wte.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
+    wpe_ = add_parameter("wpe.weight", normal(gen, {c.seq_len, c.d_model}, kInitStd));
   }
   torch::Tensor forward(const torch::Tensor& tokens) override {
     BW_CHECK(tokens.dim() == 2 && tokens.size(1) <= wpe_.size(0),
@@ -53,18 +53,18 @@ class BlockLayer final : public Layer {
       : Layer(index), n_heads_(c.n_heads) {
     const int64_t d = c.d_model;
     const double proj_std = kInitStd / std::sqrt(2.0 * c.n_blocks);
-    ln1_w_ = register_parameter("ln1.weight", torch::ones({d}));
-    ln1_b_ = register_parameter("ln1.bias", torch::zeros({d}));
-    qkv_w_ = register_parameter("attn.qkv.weight", normal(gen, {3 * d, d}, kInitStd));
-    qkv_b_ = register_parameter("attn.qkv.bias", torch::zeros({3 * d}));
-    proj_w_ = register_parameter("attn.proj.weight", normal(gen, {d, d}, proj_std));
-    proj_b_ = register_parameter("attn.proj.bias", torch::zeros({d}));
-    ln2_w_ = register_parameter("ln2.weight", torch::ones({d}));
-    ln2_b_ = register_parameter("ln2.bias", torch::zeros({d}));
-    fc_w_ = register_parameter("mlp.fc.weight", normal(gen, {4 * d, d}, kInitStd));
-    fc_b_ = register_parameter("mlp.fc.bias", torch::zeros({4 * d}));
-    fc2_w_ = register_parameter("mlp.proj.weight", normal(gen, {d, 4 * d}, proj_std));
-    fc2_b_ = register_parameter("mlp.proj.bias", torch::zeros({d}));
+    ln1_w_ = add_parameter("ln1.weight", torch::ones({d}));
+    ln1_b_ = add_parameter("ln1.bias", torch::zeros({d}));
+    qkv_w_ = add_parameter("attn.qkv.weight", normal(gen, {3 * d, d}, kInitStd));
+    qkv_b_ = add_parameter("attn.qkv.bias", torch::zeros({3 * d}));
+    proj_w_ = add_parameter("attn.proj.weight", normal(gen, {d, d}, proj_std));
+    proj_b_ = add_parameter("attn.proj.bias", torch::zeros({d}));
+    ln2_w_ = add_parameter("ln2.weight", torch::ones({d}));
+    ln2_b_ = add_parameter("ln2.bias", torch::zeros({d}));
+    fc_w_ = add_parameter("mlp.fc.weight", normal(gen, {4 * d, d}, kInitStd));
+    fc_b_ = add_parameter("mlp.fc.bias", torch::zeros({4 * d}));
+    fc2_w_ = add_parameter("mlp.proj.weight", normal(gen, {d, 4 * d}, proj_std));
+    fc2_b_ = add_parameter("mlp.proj.bias", torch::zeros({d}));
   }
 
   torch::Tensor forward(const torch::Tensor& x) override {
@@ -92,10 +92,9 @@ class BlockLayer final : public Layer {
 class HeadLayer final : public Layer {
  public:
   HeadLayer(const GptConfig& c, int index, at::Generator& gen) : Layer(index) {
-    ln_w_ = register_parameter("ln_f.weight", torch::ones({c.d_model}));
-    ln_b_ = register_parameter("ln_f.bias", torch::zeros({c.d_model}));
-    head_w_ =
-        register_parameter("lm_head.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
+    ln_w_ = add_parameter("ln_f.weight", torch::ones({c.d_model}));
+    ln_b_ = add_parameter("ln_f.bias", torch::zeros({c.d_model}));
+    head_w_ = add_parameter("lm_head.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, kLayerNormEps);
@@ -108,23 +107,51 @@ class HeadLayer final : public Layer {
 
 }  // namespace
 
+torch::Tensor Layer::add_parameter(const std::string& name, torch::Tensor value) {
+  // torch::nn::Module rejects dots in parameter names; the dotted name is ours.
+  std::string flat = name;
+  for (char& ch : flat) {
+    if (ch == '.') ch = '_';
+  }
+  auto registered = register_parameter(flat, std::move(value));
+  params_.emplace_back(name, registered);
+  return registered;
+}
+
 GptConfig named_config(const std::string& name, int vocab_size) {
   if (vocab_size < 2) {
     throw ConfigError(fmt::format("model vocab_size must be >= 2, got {}", vocab_size));
   }
+  // "<base>:<n_blocks>" keeps the base shapes with another block count (pipeline tests need more
+  // layers than chunks).
+  std::string base = name;
+  int blocks_override = 0;
+  if (auto colon = name.find(':'); colon != std::string::npos) {
+    base = name.substr(0, colon);
+    const std::string count = name.substr(colon + 1);
+    if (count.empty() || count.size() > 4 ||
+        count.find_first_not_of("0123456789") != std::string::npos || std::stoi(count) < 1) {
+      throw ConfigError(fmt::format(
+          "model '{}': the block count after ':' must be a positive integer, e.g. tiny:6", name));
+    }
+    blocks_override = std::stoi(count);
+  }
   GptConfig c;
   c.name = name;
   c.vocab_size = vocab_size;
-  if (name == "tiny") {
+  if (base == "tiny") {
     c.d_model = 32, c.n_heads = 2, c.n_blocks = 2, c.seq_len = 16;
-  } else if (name == "small") {
+  } else if (base == "small") {
     c.d_model = 128, c.n_heads = 4, c.n_blocks = 4, c.seq_len = 64;
-  } else if (name == "gpt2-124m") {
+  } else if (base == "gpt2-124m") {
     c.d_model = 768, c.n_heads = 12, c.n_blocks = 12, c.seq_len = 1024;
   } else {
     throw ConfigError(
-        fmt::format("unknown model '{}'; choose one of tiny, small, gpt2-124m (model.name)", name));
+        fmt::format("unknown model '{}'; choose one of tiny, small, gpt2-124m, optionally with "
+                    "':<blocks>' (model.name)",
+                    name));
   }
+  if (blocks_override > 0) c.n_blocks = blocks_override;
   return c;
 }
 
@@ -160,11 +187,7 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets)
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(const Layer& layer) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
-    out.emplace_back(item.key(), item.value());
-  }
-  return out;
+  return layer.parameter_list();
 }
 
 std::vector<int64_t> output_shape(const GptConfig& config, int layer_index, int microbatch_size) {

@@ -37,8 +37,9 @@ struct GptConfig {
 };
 
 // "tiny" (tests: d 32, 2 heads, 2 blocks, seq 16), "small" (demo: d 128, 4 heads, 4 blocks,
-// seq 64), "gpt2-124m" (d 768, 12 heads, 12 blocks, seq 1024). ConfigError for any other name or
-// a vocab_size < 2.
+// seq 64), "gpt2-124m" (d 768, 12 heads, 12 blocks, seq 1024); "<name>:<n>" takes those shapes
+// with n blocks (e.g. "tiny:6", for pipelines with more chunks than tiny has layers). ConfigError
+// for any other name or a vocab_size < 2.
 GptConfig named_config(const std::string& name, int vocab_size);
 
 // n_blocks + 2.
@@ -52,12 +53,19 @@ class Layer : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
   int index() const { return index_; }
+  // Parameters in registration order with their dotted names.
+  const std::vector<std::pair<std::string, torch::Tensor>>& parameter_list() const {
+    return params_;
+  }
 
  protected:
   explicit Layer(int index) : index_(index) {}
+  // Registers `value` as parameter `name` (dots allowed) and returns the registered tensor.
+  torch::Tensor add_parameter(const std::string& name, torch::Tensor value);
 
  private:
   int index_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
 };
 
 // Builds layer `layer_index` with weights drawn from a generator seeded by (seed, layer_index):
