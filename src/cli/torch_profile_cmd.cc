@@ -85,7 +85,7 @@ void add_measure(CLI::App& app) {
   cmd->add_option("--threads", args->options.threads, "intra-op threads (as a worker uses)")
       ->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "weight seed")->capture_default_str();
-  cmd->add_option("--out", args->out, "profile JSON to write")->capture_default_str();
+  cmd->add_option("--out,--output,-o", args->out, "profile JSON to write")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the profile JSON instead of a table");
   cmd->callback([args] { run_measure(*args); });
 }
