@@ -96,7 +96,11 @@ TEST(Profiler, MeasuredActivationGrowsLikeTheFormula) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ProfilerGrid,
-                         ::testing::Values(Case{1, 8}, Case{2, 16}, Case{3, 12}, Case{4, 32}));
+                         ::testing::Values(Case{1, 8}, Case{2, 16}, Case{3, 12}, Case{4, 32}),
+                         [](const auto& info) {
+                           return "mbs" + std::to_string(info.param.microbatch_size) + "_seq" +
+                                  std::to_string(info.param.seq_len);
+                         });
 
 TEST(Profiler, BadOptionsAreConfigErrors) {
   ProfileOptions o;
