@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -149,7 +150,9 @@ std::pair<int, std::string> run_cli(const std::string& args) {
 }
 
 TEST(ProfileMeasureCli, WritesAProfileThePlannerLoads) {
-  std::string path = (std::filesystem::path(::testing::TempDir()) / "bw_profile_cli.json").string();
+  std::string path = (std::filesystem::path(::testing::TempDir()) /
+                      ("bw_profile_cli_" + std::to_string(::getpid()) + ".json"))
+                         .string();
   std::filesystem::remove(path);
   auto [code, out] = run_cli(fmt::format(
       "profile measure --model tiny --microbatch-size 2 --repeats 2 --warmup 1 --out {}", path));
