@@ -1,0 +1,109 @@
+// The run configuration: one TOML file with sections [model] [data] [cluster] [pipeline]
+// [elastic] [train], plus `section.key=value` overrides from the command line
+// (`--pipeline.schedule=1f1b`). Every key has a declared type and default (docs/config.md,
+// examples/train.toml); an unknown section or key, a wrong type or an out-of-range value is a
+// ConfigError naming the key, what was expected and the valid choices. to_toml() prints the
+// resolved config so that loading it again gives an equal RunConfig (saved beside the outputs).
+//
+// Thread-safety: plain values; the functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bw::runtime {
+
+struct ModelConfig {
+  std::string name = "small";  // "tiny" | "small" | "gpt2-124m"
+  int64_t seed = 1234;         // initial weights of layer i depend only on (seed, i)
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string path;   // empty = the default corpus (data::default_corpus_path())
+  int64_t seed = 42;  // sample order
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct ClusterConfig {
+  int nodes = 4;
+  int devices_per_node = 1;
+  std::string device = "cpu";    // "cpu" | "cuda"
+  std::string backend = "gloo";  // "gloo" | "nccl" (nccl needs cuda)
+  double memory_gb = 0.0;        // per device; 0 = no limit
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+struct PipelineConfig {
+  std::string schedule = "hanayo";
+  int waves = 2;
+  int chunks_per_device = 2;
+  int microbatches = 8;
+  int microbatch_size = 4;
+  std::vector<int> pipelines;  // explicit device counts per pipeline; empty = planner decides
+  int fault_tolerance = 1;
+  std::string profile;  // profile JSON for the planner; empty = uniform estimate
+  bool operator==(const PipelineConfig&) const = default;
+};
+
+struct ElasticConfig {
+  int store_port = 0;  // 0 = pick a free port
+  double step_timeout_s = 120.0;
+  double heartbeat_timeout_s = 10.0;
+  bool operator==(const ElasticConfig&) const = default;
+};
+
+struct TrainConfig {
+  int steps = 100;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  // max global grad norm; 0 = no clipping
+  int threads_per_worker = 1;
+  std::string out_dir = "runs/default";
+  int checkpoint_every = 0;  // 0 = at the end only
+  std::string resume;        // checkpoint sidecar to resume from; empty = fresh run
+  int log_every = 1;
+  int sample_tokens = 200;  // generated after training; 0 = none
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  ClusterConfig cluster;
+  PipelineConfig pipeline;
+  ElasticConfig elastic;
+  TrainConfig train;
+  bool operator==(const RunConfig&) const = default;
+};
+
+// Loads the defaults, then the TOML file (if the path is not empty), then the overrides in
+// order ("section.key=value", a leading "--" allowed), then validates. ConfigError on any
+// problem, naming the file or override and the key.
+RunConfig load_run_config(const std::string& toml_path_or_empty,
+                          const std::vector<std::string>& overrides);
+// Same, from TOML text; `source` names it in messages.
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::string>& overrides);
+
+// Collects overrides from leftover command-line arguments: "--section.key=value" or
+// "--section.key value". Anything else is a ConfigError naming the argument.
+std::vector<std::string> overrides_from_args(const std::vector<std::string>& args);
+
+// Range and consistency checks (done by load_run_config); ConfigError naming the key.
+void validate(const RunConfig& config);
+
+// The resolved config as TOML; with comments, one line per key saying what it is.
+std::string to_toml(const RunConfig& config, bool with_comments = false);
+
+// microbatches * microbatch_size: the samples one step consumes.
+inline int64_t global_batch(const PipelineConfig& p) {
+  return static_cast<int64_t>(p.microbatches) * p.microbatch_size;
+}
+
+}  // namespace bw::runtime

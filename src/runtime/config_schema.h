@@ -1,0 +1,36 @@
+// The run config's schema: every section and key with its type, a one-line description and how
+// to read and write it in a RunConfig. Shared by the TOML reader, the override parser and
+// to_toml (config.cc, config_toml.cc), so the three can never disagree about a key.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "runtime/config.h"
+
+namespace bw::runtime::detail {
+
+enum class Kind { kInt, kFloat, kString, kIntList };
+
+using Value = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+
+struct Field {
+  std::string key;
+  Kind kind;
+  std::string comment;
+  std::function<void(RunConfig&, const Value&, const std::string& name)> set;
+  std::function<Value(const RunConfig&)> get;
+};
+
+struct Section {
+  std::string name;
+  std::vector<Field> fields;
+};
+
+const std::vector<Section>& schema();
+const char* kind_name(Kind kind);  // "an integer", ...
+
+}  // namespace bw::runtime::detail
