@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <optional>
 
 #include "core/error.h"
@@ -54,7 +55,7 @@ class ReceivePoster {
   void run() {
     const int P = s_.num_devices;
     const size_t n = static_cast<size_t>(s_.num_microbatches) * C_;
-    std::array<int, 8> not_yet;
+    std::array<int8_t, 8> not_yet;
     not_yet.fill(kNotYet);
     done_.assign(n, not_yet);
     next_.assign(P, 0);
@@ -72,10 +73,33 @@ class ReceivePoster {
  private:
   // Microbatch-major, so a chunk and its neighbours share a cache line.
   size_t key(const Action& a) const { return static_cast<size_t>(a.microbatch) * C_ + a.chunk; }
-  // done_ holds 1 (happened), kNotYet, or -1-d (device d waits for it).
-  static constexpr int kNotYet = 0;
-  bool happened(const Action& a) const { return done_[key(a)][static_cast<int>(a.kind)] > 0; }
-  void wait_for(const Action& a, int d) { done_[key(a)][static_cast<int>(a.kind)] = -1 - d; }
+  // done_ per (chunk, microbatch) and kind: kNotYet, kWaited (not yet, and its consumer device is
+  // blocked on it) or kHappened. One byte each, so the whole state stays in cache.
+  static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
+  bool happened(const Action& a) const {
+    return done_[key(a)][static_cast<int>(a.kind)] == kHappened;
+  }
+  void wait_for(const Action& a) { done_[key(a)][static_cast<int>(a.kind)] = kWaited; }
+  // The device that can be blocked on `a`: the one consuming what it makes (for a RECV, the
+  // device whose SEND waits for it). Unique per action, so no waiter needs storing.
+  int consumer(const Action& a) const {
+    const int c = a.chunk;
+    switch (a.kind) {
+      case ActionKind::F:
+      case ActionKind::SEND_F:
+        return s_.chunk_device[s_.next_chunk(c)];
+      case ActionKind::B:
+      case ActionKind::I:
+      case ActionKind::SEND_B:
+        return s_.chunk_device[s_.prev_chunk(c)];
+      case ActionKind::RECV_F:
+        return s_.chunk_device[s_.prev_chunk(c)];
+      case ActionKind::RECV_B:
+        return s_.chunk_device[s_.next_chunk(c)];
+      default:
+        return -1;
+    }
+  }
   bool done(int d) const { return next_[d] >= static_cast<int>(s_.actions[d].size()); }
   const Action& head(int d) const { return s_.actions[d][next_[d]]; }
 
@@ -134,14 +158,14 @@ class ReceivePoster {
     while (!done(d)) {
       const Action a = head(d);
       if (auto wait = blocker(a, d)) {
-        wait_for(*wait, d);
+        wait_for(*wait);
         if (wait->kind == ActionKind::I)  // a full backward satisfies it too
-          wait_for({ActionKind::B, wait->chunk, wait->microbatch}, d);
+          wait_for({ActionKind::B, wait->chunk, wait->microbatch});
         return;
       }
-      int& slot = done_[key(a)][static_cast<int>(a.kind)];
-      if (slot < 0) work_.push_back(-1 - slot);
-      slot = 1;
+      int8_t& slot = done_[key(a)][static_cast<int>(a.kind)];
+      if (slot == kWaited) work_.push_back(consumer(a));
+      slot = kHappened;
       ++next_[d];
     }
   }
@@ -170,7 +194,7 @@ class ReceivePoster {
  private:
   Schedule& s_;
   int C_;
-  std::vector<std::array<int, 8>> done_;  // per (chunk, microbatch), by ActionKind
+  std::vector<std::array<int8_t, 8>> done_;  // per (chunk, microbatch), by ActionKind
   std::vector<int> next_;
   std::vector<int> work_;
 };

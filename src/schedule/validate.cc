@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <optional>
 
 #include "schedule/grid.h"
@@ -259,14 +260,15 @@ class Validator {
     full_backward_.resize(pos_.size());
     for (size_t i = 0; i < pos_.size(); ++i)
       full_backward_[i] = pos_[i][static_cast<int>(ActionKind::B)] != kNone;
-    done_ = std::move(pos_);
-    if (run_workers(false)) {
+    pos_ = {};
+    // Fast pass (one byte of state per action) unless steps are asked for; on a deadlock, run
+    // again with steps, recording each action's, for the grid.
+    if (run_workers(opt_.count_steps ? kSteps : kFast) ||
+        (!opt_.count_steps && run_workers(kRecord))) {
       DryRun out;
-      out.steps = steps_;
+      out.steps = opt_.count_steps ? steps_ : -1;
       return out;
     }
-    // Deadlock: run again recording each action's step, for the grid.
-    run_workers(true);
     std::vector<int> stuck;
     for (int d = 0; d < s_.num_devices; ++d)
       if (next_[d] < static_cast<int>(s_.actions[d].size())) stuck.push_back(d);
@@ -286,17 +288,26 @@ class Validator {
   }
 
   // Runs every device as far as it goes; true when all finished.
-  bool run_workers(bool record) {
+  enum Mode { kFast, kSteps, kRecord };
+  bool run_workers(Mode mode) {
     const int P = s_.num_devices;
     const size_t n = static_cast<size_t>(C_) * M_;
-    std::array<int, 8> never;
-    never.fill(kNever);
-    done_.assign(n, never);
+    fast_ = mode == kFast;
+    if (fast_) {
+      std::array<int8_t, 8> not_yet;
+      not_yet.fill(kNotYet);
+      state_.assign(n, not_yet);
+    } else {
+      state_ = {};
+      std::array<int, 8> never;
+      never.fill(kNever);
+      done_.assign(n, never);
+    }
     next_.assign(P, 0);
     free_.assign(P, 0);
     steps_ = 0;
-    record_ = record;
-    if (record) {
+    record_ = mode == kRecord;
+    if (record_) {
       step_of_.resize(P);
       for (int d = 0; d < P; ++d) step_of_[d].assign(s_.actions[d].size(), -1);
     }
@@ -376,6 +387,21 @@ class Validator {
     return n;
   }
 
+  // The device that can be blocked waiting for `a` once the shape checks passed: the one that
+  // consumes what `a` makes (for a RECV, the device whose blocking SEND waits for it). Same-device
+  // waits cannot happen then (each action follows what it needs on its own device).
+  int consumer(const Action& a) const {
+    const int c = a.chunk;
+    switch (a.kind) {
+      case ActionKind::F:
+      case ActionKind::SEND_F:
+      case ActionKind::RECV_B:
+        return dev(s_.next_chunk(c));
+      default:  // B, I, SEND_B, RECV_F
+        return dev(s_.prev_chunk(c));
+    }
+  }
+
   // The action that must run in the same step as `a` under synchronous semantics, if any.
   std::optional<Action> partner(const Action& a) const {
     if (opt_.semantics != CommSemantics::kSynchronous) return std::nullopt;
@@ -399,6 +425,16 @@ class Validator {
   int earliest(const Action& a, int d, bool wait) {
     Action dep[4];
     const int n = needs(a, d, dep);
+    if (fast_) {
+      for (int i = 0; i < n; ++i) {
+        int8_t& st = state_[key(dep[i])][static_cast<int>(dep[i].kind)];
+        if (st != kHappened) {
+          if (wait) st = kWaited;
+          return -1;
+        }
+      }
+      return 0;
+    }
     int t = free_[d];
     for (int i = 0; i < n; ++i) {
       const int st = stamp(dep[i]);
@@ -413,6 +449,13 @@ class Validator {
 
   void run_head(int d, int t) {
     const Action& a = head(d);
+    if (fast_) {
+      int8_t& st = state_[key(a)][static_cast<int>(a.kind)];
+      if (st == kWaited) work_.push_back(consumer(a));
+      st = kHappened;
+      ++next_[d];
+      return;
+    }
     int& slot = done_[key(a)][static_cast<int>(a.kind)];
     if (slot < 0) work_.push_back(-1 - slot);  // wake the device waiting for it
     slot = t;
@@ -486,6 +529,10 @@ class Validator {
   std::vector<std::array<int, 8>> pos_;   // position in its device's list, or kNone
   std::vector<std::array<int, 8>> done_;  // dry-run step it ran at, kNever, or -1-d (d waits)
   std::vector<char> full_backward_;       // a B (not I/W) runs for this slot
+  // Fast pass: one byte per slot and kind instead of a step.
+  static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
+  std::vector<std::array<int8_t, 8>> state_;
+  bool fast_ = false;
   int steps_ = 0;
   bool record_ = false;
   std::vector<int> next_;  // per device: index of its next action
