@@ -101,6 +101,22 @@ TEST(ClosedForm, HanayoBubbleWithBEqualsPDecreasesInWAndBeats1F1B) {
     }
 }
 
+// B a multiple of P, T_B >= T_F: every device idles exactly 2(P-1) chunk backwards,
+// (P-1) T_B / W, not the (P-1)(T_F + T_B)/(2W) of a chunk-counting argument (docs/schedules.md
+// has the worked example); the two agree only when T_F = T_B.
+TEST(ClosedForm, HanayoBubbleTimeWithBEqualsPIsTwoPMinusOneChunkBackwards) {
+  for (int P = 1; P <= 8; ++P)
+    for (int W = 1; W <= 4; ++W)
+      for (int B : {P, 2 * P, 3 * P})
+        for (double tb : {1.0, 1.5, 2.0, 3.0}) {
+          const auto r =
+              run({.kind = "hanayo", .devices = P, .microbatches = B, .waves = W}, 1, tb);
+          for (int d = 0; d < P; ++d)
+            EXPECT_NEAR(r.makespan_ms - r.busy_ms[d], (P - 1) * tb / W, 1e-9)
+                << "P=" << P << " W=" << W << " B=" << B << " T_B=" << tb << " device " << d;
+        }
+}
+
 // With F = B (unit time) the wave timetable is the schedule: for B a multiple of P the makespan
 // is 4WB + 2P - 2 slots of one chunk's F, i.e. bubble (P-1)/(2WB+P-1) (the bounded-in-flight rule
 // included: its groups of P interleave without a gap).
