@@ -89,8 +89,7 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
     ScheduleEstimate e;
     e.per_microbatch_ms = (b->iteration_ms - a->iteration_ms) / m;
     e.fixed_ms = a->iteration_ms - e.per_microbatch_ms * m;
-    e.peak_memory_bytes = std::max(a->peak_memory_bytes(state_bytes_per_param_byte),
-                                   b->peak_memory_bytes(state_bytes_per_param_byte));
+    e.peak_memory_bytes = a->peak_memory_bytes(state_bytes_per_param_byte);
     return e;
   };
 }

@@ -12,7 +12,8 @@
 // inter-node link when the template spans nodes, the intra-node link otherwise.
 //
 // The estimate is linear in the microbatch count, fitted through simulations at m and 2m
-// (m = the template's microbatches); peak memory is the larger of the two.
+// (m = the template's microbatches); peak memory is the simulation's at m, like the closed-form
+// model's (a plan that gives a pipeline more microbatches than m may hold more in flight).
 #pragma once
 
 #include <string>

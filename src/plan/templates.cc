@@ -209,10 +209,13 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
         if (!pick || ms < pick->second.fixed_ms + pick->second.per_microbatch_ms * m)
           pick = std::make_pair(kind, *est);
       }
-      if (!pick) continue;  // no kind fits this node count
-      t.schedule = pick->first;
-      t.estimate = pick->second;
-      t.peak_memory_bytes = pick->second.peak_memory_bytes;
+      // When no simulated kind fits, the closed-form 1F1B template (which fits under the
+      // closed-form model) stays, so that node counts have no gaps.
+      if (pick) {
+        t.schedule = pick->first;
+        t.estimate = pick->second;
+        t.peak_memory_bytes = pick->second.peak_memory_bytes;
+      }
     }
     set.templates.push_back(std::move(t));
   }

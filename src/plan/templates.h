@@ -12,7 +12,8 @@
 // (tests/plan/templates_test.cc).
 //
 // Schedule-aware templates: after the search, each template may be re-evaluated under other
-// schedule kinds through TemplateOptions::evaluator; the fastest kind that fits memory wins.
+// schedule kinds through TemplateOptions::evaluator; the fastest kind that fits memory wins (if
+// none fits, the closed-form 1F1B template stays).
 #pragma once
 
 #include <functional>
