@@ -1,6 +1,7 @@
 #include "plan/templates.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -13,7 +14,7 @@ namespace {
 struct Label {
   double max_ms;  // bottleneck stage time of the suffix
   double sum_ms;  // sum of the suffix's stage times
-  int stages;     // stages in the suffix, capped at m (only min(m, stages + 1) matters)
+  int stages;     // stages in the suffix, capped at stage_cap (see generate_templates)
   int end;        // first stage's layers are [i, end)
   int devices;    // first stage's device count
   int prev;       // label index in state (end, u - devices)
@@ -117,6 +118,23 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   const double mem_limit = cluster.device_memory_bytes();
   const double state = options.cost.state_bytes_per_param_byte;
 
+  // Stage counts in labels only matter through memory checks "in flight <= K" of stage shapes
+  // whose tolerance K = floor((M - state * P) / A) is below min(m, L) (others always fit once
+  // they fit with one microbatch). Counts >= the largest such K fail all of those checks alike,
+  // so they are merged into one (stage_cap); with no memory pressure the count drops out.
+  int stage_cap = 0;
+  for (int i = 0; i < L; ++i)
+    for (int count = 1; i + count <= L; ++count) {
+      const double fixed = state * model.param_bytes(i, count);
+      if (fixed > mem_limit) break;
+      for (int d = 1; d <= g; ++d) {
+        const double act = model.activation_bytes(i, count) / d;
+        if (act <= 0) continue;
+        const double k = std::floor((mem_limit - fixed) / act);
+        if (k >= 1 && k < std::min(m, L)) stage_cap = std::max(stage_cap, static_cast<int>(k));
+      }
+    }
+
   // labels[i * (U + 1) + u]: Pareto set for layers [i, L) on the last u devices.
   std::vector<std::vector<Label>> labels(static_cast<size_t>(L + 1) * (U + 1));
   auto at = [&](int i, int u) -> std::vector<Label>& {
@@ -151,7 +169,7 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
           const int in_flight = std::min(m, nl.stages + 1);
           if (fixed_mem + in_flight * act > mem_limit) continue;
           cand.push_back(
-              {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(m, nl.stages + 1), e, d, k});
+              {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(stage_cap, nl.stages + 1), e, d, k});
         }
       }
     }
