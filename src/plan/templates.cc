@@ -43,6 +43,54 @@ void prune(std::vector<Label>& cand, std::vector<Label>& out) {
   }
 }
 
+// Iteration time of one feasible pipeline on n nodes: one stage of g devices per node, layers
+// split so the largest stage compute is minimal (bisection + greedy), then extra splits to make
+// exactly n stages. +inf when it does not fit or n > L.
+double balanced_bound(const CostModel& model, int n) {
+  const int L = model.num_layers(), g = model.devices_per_node();
+  if (n > L) return std::numeric_limits<double>::infinity();
+  auto greedy = [&](double cap, std::vector<int>& starts) {
+    starts.assign(1, 0);
+    int first = 0;
+    for (int l = 0; l < L; ++l) {
+      if (l > first && model.compute_ms(first, l - first + 1) > cap) {
+        starts.push_back(l);
+        first = l;
+      }
+    }
+    return static_cast<int>(starts.size());
+  };
+  double lo = 0, hi = model.compute_ms(0, L);
+  std::vector<int> starts;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = (lo + hi) / 2;
+    if (greedy(mid, starts) <= n) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  greedy(hi, starts);
+  // Split the longest stages until there are exactly n.
+  while (static_cast<int>(starts.size()) < n) {
+    int best = -1, best_len = 1;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int end = k + 1 < starts.size() ? starts[k + 1] : L;
+      if (end - starts[k] > best_len) best_len = end - starts[k], best = static_cast<int>(k);
+    }
+    if (best < 0) return std::numeric_limits<double>::infinity();
+    starts.insert(starts.begin() + best + 1, starts[best] + best_len / 2);
+  }
+  if (static_cast<int>(starts.size()) > n) return std::numeric_limits<double>::infinity();
+  std::vector<StageShape> shape;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const int end = k + 1 < starts.size() ? starts[k + 1] : L;
+    shape.push_back({starts[k], end - starts[k], g});
+  }
+  PipelineCost c = model.evaluate(shape, n);
+  return c.fits ? c.iteration_ms : std::numeric_limits<double>::infinity();
+}
+
 }  // namespace
 
 int Template::stage_of_layer(int layer) const {
@@ -145,8 +193,25 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   // State (i, u) depends only on states with a larger first layer, so all u of one i are
   // independent: they are split over threads, and each state's result is the same whatever
   // thread computes it (deterministic output).
+  // Upper bounds on each root's optimum from a simple feasible pipeline (one stage of g devices
+  // per node, layers split to balance compute). A label at (i, u) can only end in roots
+  // n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a label above every
+  // such root's bound is never part of an optimum and is dropped (a small relative slack keeps
+  // rounding from dropping an optimum equal to its bound).
+  std::vector<double> bound_from(max_nodes + 2, std::numeric_limits<double>::infinity());
+  {
+    std::vector<double> ub(max_nodes + 2, std::numeric_limits<double>::infinity());
+    for (int n = 1; n <= std::min(max_nodes, L); ++n) ub[n] = balanced_bound(model, n);
+    double running = 0;
+    for (int n = max_nodes; n >= 1; --n) {
+      running = std::max(running, ub[n]);
+      bound_from[n] = running * (1 + 1e-9);
+    }
+  }
+
   auto compute_state = [&](int i, int u, std::vector<Label>& cand) {
     cand.clear();
+    const double bound = bound_from[(u + g - 1) / g];
     // The first stage takes devices [u - d, u) counted from the end; it must not straddle
     // the node boundary below device u - 1.
     const int d_max = (u - 1) % g + 1;
@@ -162,14 +227,33 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
         if (rest > (L - e) * g) continue;
         const auto& next = at(e, rest);
         if (next.empty()) continue;
-        double t = model.stage_compute_ms(i, count, d);
+        const double compute = model.stage_compute_ms(i, count, d);
+        if (m * compute > bound) break;  // cost >= (m - 1) t + t, and compute grows with e
+        double t = compute;
         if (e < L) t += model.comm_ms(e - 1, next_same_node);
-        for (int k = 0; k < static_cast<int>(next.size()); ++k) {
+        // `next` is sorted by max_ms. Labels with max_ms <= t all give bottleneck t, so among
+        // them one dominated in (stages, sum) by an earlier one is dropped right away (pruning
+        // would drop it anyway); the rest are kept for prune().
+        const size_t first_big = static_cast<size_t>(
+            std::upper_bound(next.begin(), next.end(), t,
+                             [](double v, const Label& l) { return v < l.max_ms; }) -
+            next.begin());
+        const size_t before = cand.size();
+        for (size_t k = 0; k < next.size(); ++k) {
           const Label& nl = next[k];
           const int in_flight = std::min(m, nl.stages + 1);
           if (fixed_mem + in_flight * act > mem_limit) continue;
-          cand.push_back(
-              {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(stage_cap, nl.stages + 1), e, d, k});
+          const Label c{
+              std::max(t, nl.max_ms), t + nl.sum_ms, std::min(stage_cap, nl.stages + 1), e, d,
+              static_cast<int>(k)};
+          if ((m - 1) * c.max_ms + c.sum_ms > bound) continue;
+          if (k < first_big) {
+            bool dominated = false;
+            for (size_t q = before; q < cand.size() && !dominated; ++q)
+              dominated = dominates(cand[q], c);
+            if (dominated) continue;
+          }
+          cand.push_back(c);
         }
       }
     }
