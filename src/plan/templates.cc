@@ -300,26 +300,40 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
       k = l.prev;
     }
     BW_CHECK(u == 0, "reconstruction left {} devices", u);
-    Template t = make_template(model, shape, n);
-    if (!options.schedule_kinds.empty()) {
-      // Schedule-aware: the kind the evaluator predicts fastest at m, among those that fit.
-      std::optional<std::pair<std::string, ScheduleEstimate>> pick;
-      for (const auto& kind : options.schedule_kinds) {
-        auto est = options.evaluator(t, kind);
-        if (!est || est->peak_memory_bytes > mem_limit) continue;
-        double ms = est->fixed_ms + est->per_microbatch_ms * m;
-        if (!pick || ms < pick->second.fixed_ms + pick->second.per_microbatch_ms * m)
-          pick = std::make_pair(kind, *est);
-      }
-      // When no simulated kind fits, the closed-form 1F1B template (which fits under the
-      // closed-form model) stays, so that node counts have no gaps.
-      if (pick) {
-        t.schedule = pick->first;
-        t.estimate = pick->second;
-        t.peak_memory_bytes = pick->second.peak_memory_bytes;
-      }
+    set.templates.push_back(make_template(model, shape, n));
+  }
+  if (options.schedule_kinds.empty()) return set;
+
+  // Schedule-aware: the kind the evaluator predicts fastest at m, among those that fit. Node
+  // counts are independent, so they are spread over threads (same result on any thread).
+  auto choose_schedule = [&](Template& t) {
+    std::optional<std::pair<std::string, ScheduleEstimate>> pick;
+    for (const auto& kind : options.schedule_kinds) {
+      auto est = options.evaluator(t, kind);
+      if (!est || est->peak_memory_bytes > mem_limit) continue;
+      double ms = est->fixed_ms + est->per_microbatch_ms * m;
+      if (!pick || ms < pick->second.fixed_ms + pick->second.per_microbatch_ms * m)
+        pick = std::make_pair(kind, *est);
     }
-    set.templates.push_back(std::move(t));
+    // When no simulated kind fits, the closed-form 1F1B template (which fits under the
+    // closed-form model) stays, so that node counts have no gaps.
+    if (pick) {
+      t.schedule = pick->first;
+      t.estimate = pick->second;
+      t.peak_memory_bytes = pick->second.peak_memory_bytes;
+    }
+  };
+  const int count = static_cast<int>(set.templates.size());
+  if (threads == 1 || count < 2) {
+    for (auto& t : set.templates) choose_schedule(t);
+  } else {
+    std::vector<std::thread> pool;
+    for (int w = 0; w < std::min(threads, count); ++w) {
+      pool.emplace_back([&, w] {
+        for (int k = w; k < count; k += threads) choose_schedule(set.templates[k]);
+      });
+    }
+    for (auto& th : pool) th.join();
   }
   return set;
 }

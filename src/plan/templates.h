@@ -68,7 +68,8 @@ struct Template {
 };
 
 // Predicts a template's time and memory under a schedule kind; nullopt if the kind cannot run
-// it (e.g. too few microbatches) or it does not fit. Used for schedule-aware templates.
+// it (e.g. too few microbatches) or it does not fit. Used for schedule-aware templates; called
+// from several threads at once when TemplateOptions::threads > 1, so it must be thread-safe.
 using ScheduleEvaluator =
     std::function<std::optional<ScheduleEstimate>(const Template&, const std::string& kind)>;
 

@@ -92,6 +92,21 @@ TEST(ScheduleAware, OneFOneBIsTheSimulatorOnTheTemplatePartition) {
   }
 }
 
+TEST(ScheduleAware, SameChoiceOnAnyThreadCount) {
+  Profile p = random_profile(16, 5);
+  Cluster cl = small_cluster(6, 2, 100);
+  TemplateOptions opt;
+  opt.cost.microbatches = 8;
+  opt.schedule_kinds = simulated_schedule_kinds();
+  opt.evaluator = simulator_evaluator(p, cl);
+  TemplateSet one = generate_templates(p, cl, opt);
+  opt.threads = 3;
+  TemplateSet three = generate_templates(p, cl, opt);
+  ASSERT_EQ(one.templates.size(), three.templates.size());
+  for (size_t k = 0; k < one.templates.size(); ++k)
+    EXPECT_EQ(to_json(one.templates[k]), to_json(three.templates[k])) << k;
+}
+
 TEST(ScheduleAware, UnknownKindIsConfigError) {
   Profile p = random_profile(4, 1);
   Cluster cl = small_cluster(2, 1, 100);
