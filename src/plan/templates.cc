@@ -162,7 +162,9 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   BW_CHECK(min_nodes <= max_nodes, "node range [{}, {}] is empty", min_nodes, max_nodes);
   if (!options.schedule_kinds.empty())
     BW_CHECK(static_cast<bool>(options.evaluator), "schedule kinds given without an evaluator");
-  const int U = max_nodes * g;
+  // A node needs at least one layer, so no pipeline spans more than L nodes.
+  const int top_nodes = std::min(max_nodes, L);
+  const int U = top_nodes * g;
   const double mem_limit = cluster.device_memory_bytes();
   const double state = options.cost.state_bytes_per_param_byte;
 
@@ -198,13 +200,11 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   // n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a label above every
   // such root's bound is never part of an optimum and is dropped (a small relative slack keeps
   // rounding from dropping an optimum equal to its bound).
-  std::vector<double> bound_from(max_nodes + 2, std::numeric_limits<double>::infinity());
+  std::vector<double> bound_from(top_nodes + 2, std::numeric_limits<double>::infinity());
   {
-    std::vector<double> ub(max_nodes + 2, std::numeric_limits<double>::infinity());
-    for (int n = 1; n <= std::min(max_nodes, L); ++n) ub[n] = balanced_bound(model, n);
     double running = 0;
-    for (int n = max_nodes; n >= 1; --n) {
-      running = std::max(running, ub[n]);
+    for (int n = top_nodes; n >= 1; --n) {
+      if (n >= min_nodes) running = std::max(running, balanced_bound(model, n));
       bound_from[n] = running * (1 + 1e-9);
     }
   }
@@ -280,8 +280,7 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   set.num_layers = L;
   set.devices_per_node = g;
   set.microbatch_size = profile.microbatch_size;
-  for (int n = min_nodes; n <= max_nodes; ++n) {
-    if (n * g > L * g) break;  // more nodes than layers: no stage for some node
+  for (int n = min_nodes; n <= top_nodes; ++n) {
     const auto& root = at(0, n * g);
     if (root.empty()) continue;
     int best = -1;
