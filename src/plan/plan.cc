@@ -68,6 +68,17 @@ void validate_plan(const Plan& plan) {
     }
     BW_CHECK(layer == plan.num_layers, "pipeline {} covers {} of {} layers", i, layer,
              plan.num_layers);
+    int chunk_layer = 0;
+    for (const auto& c : p.tmpl.chunks) {
+      BW_CHECK(c.first_layer == chunk_layer && c.num_layers >= 1,
+               "pipeline {}: chunk [{}, {}) does not follow layer {}", i, c.first_layer,
+               c.end_layer(), chunk_layer);
+      BW_CHECK(c.stage >= 0 && c.stage < p.tmpl.num_stages(), "pipeline {}: chunk on stage {}", i,
+               c.stage);
+      chunk_layer = c.end_layer();
+    }
+    BW_CHECK(chunk_layer == plan.num_layers, "pipeline {}: chunks cover {} of {} layers", i,
+             chunk_layer, plan.num_layers);
     for (int n = 0; n < p.tmpl.num_nodes; ++n)
       BW_CHECK(used[n] == plan.devices_per_node, "pipeline {}: node {} uses {} of {} devices", i, n,
                used[n], plan.devices_per_node);

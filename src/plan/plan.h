@@ -3,8 +3,10 @@
 //
 // Invariants (checked by validate_plan): pipelines use disjoint nodes; each pipeline has exactly
 // tmpl.num_nodes nodes and >= 1 microbatch; microbatches add up to global_microbatches; every
-// template covers every layer once. Device (node, local) holds the layers of the stage placed on
-// it. Plain data: copy freely, no thread-safety concerns.
+// template covers every layer once. Device (node, local) holds the layers of the chunks of the
+// stage placed on it (Template::layers_of_stage); schedule_aware.h turns a template's schedule
+// into a schedule::ScheduleSpec whose devices are the template's stages. Plain data: copy freely,
+// no thread-safety concerns.
 #pragma once
 
 #include <optional>

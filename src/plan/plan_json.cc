@@ -49,6 +49,10 @@ json::Json to_json(const Template& t) {
                            {"param_bytes", s.param_bytes},
                            {"memory_bytes", s.memory_bytes}});
   }
+  j["chunks"] = json::Json::array();
+  for (const auto& c : t.chunks)
+    j["chunks"].push_back(
+        {{"first_layer", c.first_layer}, {"num_layers", c.num_layers}, {"stage", c.stage}});
   return j;
 }
 
@@ -83,6 +87,15 @@ Template template_from_json(const json::Json& j) {
     s.param_bytes = json::get_number(sj, "param_bytes", sw);
     s.memory_bytes = json::get_number(sj, "memory_bytes", sw);
     t.stages.push_back(s);
+  }
+  const auto& chunks = get_array(j, "chunks", where);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::string cw = fmt::format("template chunk {}", i);
+    Chunk c;
+    c.first_layer = get_int(chunks[i], "first_layer", cw);
+    c.num_layers = get_int(chunks[i], "num_layers", cw);
+    c.stage = get_int(chunks[i], "stage", cw);
+    t.chunks.push_back(c);
   }
   return t;
 }

@@ -94,10 +94,17 @@ double balanced_bound(const CostModel& model, int n) {
 }  // namespace
 
 int Template::stage_of_layer(int layer) const {
-  for (int s = 0; s < num_stages(); ++s)
-    if (layer < stages[s].end_layer()) return s;
-  BW_CHECK(false, "layer {} beyond the template's {} stages", layer, num_stages());
+  for (const auto& c : chunks)
+    if (layer >= c.first_layer && layer < c.end_layer()) return c.stage;
+  BW_CHECK(false, "layer {} is in none of the template's {} chunks", layer, chunks.size());
   return -1;
+}
+
+std::vector<std::pair<int, int>> Template::layers_of_stage(int stage) const {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& c : chunks)
+    if (c.stage == stage) out.emplace_back(c.first_layer, c.end_layer());
+  return out;
 }
 
 std::optional<int> TemplateSet::min_nodes() const {
@@ -140,6 +147,7 @@ Template make_template(const CostModel& model, const std::vector<StageShape>& sh
     st.param_bytes = model.param_bytes(sh.first_layer, sh.num_layers);
     st.memory_bytes = cost.stage_memory[s];
     t.stages.push_back(st);
+    t.chunks.push_back({sh.first_layer, sh.num_layers, static_cast<int>(s)});
     offset += sh.num_devices;
   }
   t.sum_stage_ms = cost.sum_ms;
@@ -320,6 +328,18 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
       t.schedule = pick->first;
       t.estimate = pick->second;
       t.peak_memory_bytes = pick->second.peak_memory_bytes;
+      if (!t.estimate.chunks.empty()) {
+        t.chunks = t.estimate.chunks;
+        for (auto& st : t.stages) st.param_bytes = 0;
+        for (const auto& c : t.chunks)
+          t.stages[c.stage].param_bytes += model.param_bytes(c.first_layer, c.num_layers);
+      }
+      if (t.estimate.stage_memory_bytes.size() == t.stages.size())
+        for (size_t k = 0; k < t.stages.size(); ++k)
+          t.stages[k].memory_bytes = t.estimate.stage_memory_bytes[k];
+      // The template carries them; the estimate keeps only the time and peak.
+      t.estimate.chunks.clear();
+      t.estimate.stage_memory_bytes.clear();
     }
   };
   const int count = static_cast<int>(set.templates.size());

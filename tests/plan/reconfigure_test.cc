@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "plan/schedule_aware.h"
 #include "test_util.h"
 
 namespace bw::plan {
@@ -30,14 +31,16 @@ Fixture make(int nodes, int g, double mem, int f, int microbatches, unsigned see
   return s;
 }
 
-// Layers held per device, computed from the stages directly.
+// Layers held per device, computed from the chunks directly.
 std::map<DeviceRef, std::set<int>> holdings(const Plan& p) {
   std::map<DeviceRef, std::set<int>> h;
   for (const auto& pl : p.pipelines)
-    for (int s = 0; s < pl.tmpl.num_stages(); ++s)
-      for (int d = 0; d < pl.tmpl.stages[s].num_devices; ++d)
-        for (int l = pl.tmpl.stages[s].first_layer; l < pl.tmpl.stages[s].end_layer(); ++l)
-          h[{pl.node_of_stage(s), pl.tmpl.stages[s].first_device + d}].insert(l);
+    for (const auto& c : pl.tmpl.chunks) {
+      const Stage& st = pl.tmpl.stages[c.stage];
+      for (int d = 0; d < st.num_devices; ++d)
+        for (int l = c.first_layer; l < c.end_layer(); ++l)
+          h[{pl.node_of_stage(c.stage), st.first_device + d}].insert(l);
+    }
   return h;
 }
 
@@ -149,6 +152,29 @@ TEST(Reconfigure, SequencesOfFailures) {
       ASSERT_EQ(problem, "") << "seed " << seed << " failure " << k;
       plan = r.plan;
     }
+  }
+}
+
+// Interleaved and Hanayo templates hold several chunks per stage: copies follow the chunks.
+TEST(Reconfigure, ScheduleAwareTemplatesCopyTheirChunks) {
+  Profile p = random_profile(16, 31);
+  Cluster cl = small_cluster(8, 1, 100);
+  TemplateOptions opt;
+  opt.cost.microbatches = 8;
+  opt.schedule_kinds = {"interleaved", "hanayo-w1"};  // no 1f1b: chunks always re-partitioned
+  opt.evaluator = simulator_evaluator(p, cl);
+  TemplateSet set = generate_templates(p, cl, opt);
+  Plan plan = instantiate(set, 8, 1, 32, cl);
+  int multi_chunk = 0;
+  for (const auto& pl : plan.pipelines)
+    multi_chunk += pl.tmpl.chunks.size() > pl.tmpl.stages.size();
+  ASSERT_GT(multi_chunk, 0);
+  std::vector<NodeId> all = plan.nodes();
+  for (NodeId victim : all) {
+    std::set<NodeId> alive(all.begin(), all.end());
+    alive.erase(victim);
+    Reconfiguration r = reconfigure(plan, set, {victim}, cl);
+    EXPECT_EQ(check(plan, r, set, {victim}, alive), "") << "node " << victim.value();
   }
 }
 
