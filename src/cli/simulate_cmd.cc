@@ -17,6 +17,7 @@
 #include "forecast/replay.h"
 #include "forecast/report.h"
 #include "forecast/trace.h"
+#include "plan/schedule_aware.h"
 #include "plan/synth.h"
 
 namespace bw::cli {
@@ -35,6 +36,7 @@ struct SimulateArgs {
   double step_ms = 0;                  // > 0: constant-step model instead of the analytic one
   std::string throughput = "planner";  // planner | analytic
   std::string device = "a100";
+  std::vector<std::string> schedules;  // planner: kinds templates may use (empty: all)
   std::string trace;
   std::string failure_every;
   double failure_rate = 0;  // per hour
@@ -50,6 +52,7 @@ struct SimulateArgs {
   bool whole_step_loss = false;
   // Cost overrides (NaN: keep the default).
   double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
+  double replan_horizon_ms = NAN;
   double restart_ms = NAN, checkpoint_ms = NAN, rebalance_ms = NAN, redundant_restart_ms = NAN;
   double useful_share = NAN;
   std::string checkpoint_every;  // steps, or "auto" (Young's interval for the trace)
@@ -105,6 +108,7 @@ void run_simulate(const SimulateArgs& a) {
   set_if(costs.breakwater.detection_ms, a.detection_ms);
   set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
   set_if(costs.breakwater.regroup_ms, a.regroup_ms);
+  set_if(costs.breakwater.replan_horizon_ms, a.replan_horizon_ms);
   if (!std::isnan(a.reconfigure_ms)) costs.breakwater.fixed_reconfigure_ms = a.reconfigure_ms;
   set_if(costs.restart.restart_ms, a.restart_ms);
   set_if(costs.restart.checkpoint_ms, a.checkpoint_ms);
@@ -147,6 +151,13 @@ void run_simulate(const SimulateArgs& a) {
     setup.cluster.inter_node_gbps = costs.breakwater.inter_node_gbps;
     setup.fault_tolerance = a.fault_tolerance;
     setup.microbatches = a.microbatches;
+    // Schedule-aware templates: each node count takes the kind the simulator predicts fastest.
+    // Only 1F1B: the planner's own closed form, no simulation.
+    const auto kinds = a.schedules.empty() ? plan::simulated_schedule_kinds() : a.schedules;
+    if (kinds != std::vector<std::string>{"1f1b"}) {
+      setup.planner_options.schedule_kinds = kinds;
+      setup.planner_options.evaluator = plan::simulator_evaluator(setup.profile, setup.cluster);
+    }
     auto m = std::make_unique<PlannerModel>(std::move(setup));
     planner = m.get();
     model = std::move(m);
@@ -251,6 +262,10 @@ void add_simulate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", args->device, "planner: device of the synthetic profile")
       ->capture_default_str();
+  cmd->add_option("--schedules", args->schedules,
+                  "planner: schedule kinds templates may use (1f1b, interleaved, hanayo-w1, "
+                  "hanayo-w2; default all)")
+      ->delimiter(',');
   cmd->add_option("--step-ms", args->step_ms,
                   "constant step time instead of the GPT model (published comparisons)");
   cmd->add_option("--trace", args->trace, "CSV trace: time_ms,add|remove,nodeN");
@@ -274,6 +289,9 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--regroup-ms", args->regroup_ms, "breakwater: new process groups (500)");
   cmd->add_option("--reconfigure-ms", args->reconfigure_ms,
                   "breakwater: fixed reconfiguration cost instead of the model");
+  cmd->add_option("--replan-horizon-ms", args->replan_horizon_ms,
+                  "breakwater on the planner: take a fresh plan when it does more steps over "
+                  "this horizon (600000; 0: incremental only)");
   cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
   cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,

@@ -159,6 +159,33 @@ std::optional<RunParams> PlannedBreakwaterPolicy::run_params(int nodes) {
   return RunParams{plan_->step_ms, 1.0, 0, 0.0};
 }
 
+double PlannedBreakwaterPolicy::adopt(plan::Plan next, const std::vector<plan::LayerCopy>& copies,
+                                      const std::vector<NodeId>& dead) {
+  const double copy_ms = model_.copy_ms(copies);
+  const double horizon = costs_.breakwater.replan_horizon_ms;
+  if (horizon > 0 && plan_) {
+    const auto& s = model_.setup();
+    auto fresh = instantiate_relaxed(model_.templates(), live_, s.fault_tolerance, s.microbatches,
+                                     s.cluster);
+    if (fresh) {
+      try {
+        const double fresh_copy_ms = model_.copy_ms(plan::layer_copies(*plan_, *fresh, dead));
+        const double kept_steps = std::max(0.0, horizon - copy_ms) / next.step_ms;
+        const double fresh_steps = std::max(0.0, horizon - fresh_copy_ms) / fresh->step_ms;
+        if (fresh_steps > kept_steps) {
+          fresh->generation = next.generation;
+          plan_ = std::move(*fresh);
+          return fresh_copy_ms;
+        }
+      } catch (const ConfigError&) {
+        // Some layer of the fresh plan has no live source: keep the incremental plan.
+      }
+    }
+  }
+  plan_ = std::move(next);
+  return copy_ms;
+}
+
 Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
   const auto& b = costs_.breakwater;
   const auto& s = model_.setup();
@@ -172,8 +199,7 @@ Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
     if (plan_) {
       try {
         auto next = plan::reconfigure(*plan_, model_.templates(), {id}, s.cluster);
-        copy_ms = model_.copy_ms(next.copies);
-        plan_ = std::move(next.plan);
+        copy_ms = adopt(std::move(next.plan), next.copies, {id});
       } catch (const ConfigError&) {
         // No live replica of some layer (or too few survivors): checkpoint the last committed
         // step and restart on a fresh plan.
@@ -198,8 +224,7 @@ Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
   if (plan_) {
     try {
       auto next = plan::join(*plan_, model_.templates(), {id}, s.cluster);
-      copy_ms = model_.copy_ms(next.copies);
-      plan_ = std::move(next.plan);
+      copy_ms = adopt(std::move(next.plan), next.copies, {});
     } catch (const ConfigError&) {
       replan();
     }

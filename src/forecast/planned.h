@@ -13,6 +13,11 @@
 // reconfiguration is impossible (a layer lost every replica) training stops with a checkpoint
 // of the last committed step and restarts on a fresh plan (restart cost, as RestartCosts).
 //
+// Incremental changes keep most state in place but can drift from the best plan (a returning
+// node made into its own one-node pipeline carries the whole model's gradient over one link);
+// after each change the policy compares with a fresh plan for the membership and takes it when
+// it does more steps over BreakwaterCosts::replan_horizon_ms, its larger transfer included.
+//
 // Fault tolerance: plans keep f + 1 pipelines when the nodes allow it; with fewer nodes the
 // planner is asked for f - 1, ..., 0 (training goes on without the guarantee, as it must).
 #pragma once
@@ -80,6 +85,10 @@ class PlannedBreakwaterPolicy final : public Policy {
  private:
   NodeId id_of(const std::string& name);
   void replan();
+  // Takes `next` (reached incrementally, moving `copies`) or a fresh plan for the membership,
+  // whichever does more steps over the replan horizon; returns the transfer time.
+  double adopt(plan::Plan next, const std::vector<plan::LayerCopy>& copies,
+               const std::vector<NodeId>& dead);
 
   PolicyCosts costs_;
   PlannerModel& model_;

@@ -46,6 +46,10 @@ struct BreakwaterCosts {
   // When set, a reconfiguration costs exactly this instead (Oobleck's artifact uses 2 s for
   // BERT-large), for comparisons with published numbers.
   std::optional<double> fixed_reconfigure_ms;
+  // On the planner: after a change, a fresh plan for the whole membership replaces the
+  // incremental one (reconfigure/join) when it does more steps over this horizon, its larger
+  // state transfer included. 0: always incremental, as Oobleck.
+  double replan_horizon_ms = 600e3;
 };
 
 struct RestartCosts {

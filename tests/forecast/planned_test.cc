@@ -87,6 +87,7 @@ TEST(PlannedBreakwater, OneFailureCostsDetectionCopiesRegroup) {
   const auto setup = small_setup(6, 1);
   PlannerModel m(setup);
   PolicyCosts costs;
+  costs.breakwater.replan_horizon_ms = 0;  // purely incremental, as Oobleck
   for (int failed = 0; failed < 6; ++failed) {
     PlannedBreakwaterPolicy policy(costs, m);
     ReplayOptions o;
@@ -104,6 +105,33 @@ TEST(PlannedBreakwater, OneFailureCostsDetectionCopiesRegroup) {
     EXPECT_NEAR(r.timeline.back().samples_per_s, m.samples_per_step() / next.plan.step_ms * 1e3,
                 1e-9);
   }
+}
+
+TEST(PlannedBreakwater, ReplansWhenAFreshPlanDoesMoreStepsOverTheHorizon) {
+  // Fail and rejoin node n0 repeatedly: with replanning the plan after each rejoin is never
+  // slower than the incremental one, and equals a fresh plan for the full membership whenever
+  // it was taken; without it (horizon 0) the plan is whatever join() made.
+  const auto setup = small_setup(6, 1);
+  PlannerModel m(setup);
+  const double fresh_step = *m.step_ms(6, Arrangement::kTemplates);
+  std::string text;
+  for (int n = 0; n < 6; ++n) text += fmt::format("0,add,n{}\n", n);
+  text += "10000,remove,n0\n20000,add,n0\n30000,remove,n3\n40000,add,n3\n";
+  const auto trace = parse_trace(text, "rejoin");
+  ReplayOptions o;
+  o.duration_ms = 100e3;
+  PolicyCosts incremental;
+  incremental.breakwater.replan_horizon_ms = 0;
+  PolicyCosts replanning;
+  replanning.breakwater.replan_horizon_ms = 1e9;  // any faster plan wins
+  PlannedBreakwaterPolicy a(incremental, m), b(replanning, m);
+  const auto ra = replay(trace, a, m, o);
+  const auto rb = replay(trace, b, m, o);
+  const double rate = m.samples_per_step() * 1e3;
+  // After the last rejoin the membership is the initial one again: the replanning policy runs
+  // the fresh plan's rate exactly, the incremental one no faster.
+  EXPECT_NEAR(rb.timeline.back().samples_per_s, rate / fresh_step, 1e-9);
+  EXPECT_LE(ra.timeline.back().samples_per_s, rb.timeline.back().samples_per_s * (1 + 1e-12));
 }
 
 class FailureSets : public ::testing::TestWithParam<std::tuple<int, int>> {};
