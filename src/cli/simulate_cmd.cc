@@ -291,7 +291,7 @@ void add_simulate(CLI::App& app) {
                   "breakwater: fixed reconfiguration cost instead of the model");
   cmd->add_option("--replan-horizon-ms", args->replan_horizon_ms,
                   "breakwater on the planner: take a fresh plan when it does more steps over "
-                  "this horizon (600000; 0: incremental only)");
+                  "this horizon (600000; 0: incremental only, as Oobleck)");
   cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
   cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,
