@@ -87,11 +87,11 @@ class PlannedBreakwaterPolicy final : public Policy {
   void on_start(const std::vector<std::string>& nodes) override;
 
   int fatal_restarts() const { return fatal_restarts_; }
+  static int smallest_pipeline(const plan::Plan& p);
 
  private:
   NodeId id_of(const std::string& name);
   void replan();
-  static int smallest_pipeline(const plan::Plan& p);
   // Takes `next` (reached incrementally, moving `copies`) or a fresh plan for the membership,
   // whichever does more steps over the replan horizon; returns the transfer time.
   double adopt(plan::Plan next, const std::vector<plan::LayerCopy>& copies,

@@ -134,6 +134,32 @@ TEST(PlannedBreakwater, ReplansWhenAFreshPlanDoesMoreStepsOverTheHorizon) {
   EXPECT_LE(ra.timeline.back().samples_per_s, rb.timeline.back().samples_per_s * (1 + 1e-12));
 }
 
+TEST(PlannedBreakwater, ReturningNodesWaitUntilTheyCanFormAPipeline) {
+  // 6 nodes, smallest pipeline 2 nodes: after two failures, the first node back is a spare (no
+  // reconfiguration, throughput unchanged), the second makes a pipeline with it.
+  PlannerModel m(small_setup(6, 1));
+  ASSERT_EQ(PlannedBreakwaterPolicy::smallest_pipeline(*m.plan_for(6)), 2);
+  const auto trace = cluster_trace(6, {}, 0);
+  std::string text = format_trace(trace);
+  text += "10000,remove,n0\n10000,remove,n1\n20000,add,n0\n30000,add,n1\n";
+  PolicyCosts costs;
+  costs.breakwater.replan_horizon_ms = 0;
+  PlannedBreakwaterPolicy policy(costs, m);
+  ReplayOptions o;
+  o.duration_ms = 60e3;
+  const auto r = replay(parse_trace(text, "spares"), policy, m, o);
+  EXPECT_EQ(r.joins, 2);
+  EXPECT_EQ(r.reconfigurations, 2);  // the failures (one change) and the second join
+  double rate_at_25s = -1, rate_at_50s = -1;
+  for (const auto& seg : r.timeline) {
+    if (seg.start_ms <= 25e3 && 25e3 < seg.end_ms) rate_at_25s = seg.samples_per_s;
+    if (seg.start_ms <= 50e3 && 50e3 < seg.end_ms) rate_at_50s = seg.samples_per_s;
+  }
+  const double rate = m.samples_per_step() * 1e3;
+  EXPECT_NEAR(rate_at_25s, rate / *m.step_ms(4, Arrangement::kTemplates), 1e-6 * rate_at_25s);
+  EXPECT_GT(rate_at_50s, rate_at_25s);
+}
+
 class FailureSets : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(FailureSets, UpToFFailuresNeverRestart) {
