@@ -149,11 +149,10 @@ void table(const std::string& title, const Trace& trace, double duration_ms) {
   o.duration_ms = duration_ms;
   int removals = 0;
   for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
-  const auto initial = live_nodes_at(trace, trace.events.front().time_ms);
   PolicyCosts young;
-  young.restart.checkpoint_every_steps = young_checkpoint_steps(
-      young.restart.checkpoint_ms, duration_ms / std::max(1, removals),
-      *model->step_ms(static_cast<int>(initial.size()), Arrangement::kUniform));
+  young.restart.checkpoint_every_steps =
+      young_checkpoint_steps(young.restart.checkpoint_ms, duration_ms / std::max(1, removals),
+                             *model->step_ms(max_live(trace), Arrangement::kUniform));
   fmt::print("{}\n", title);
   fmt::print("  {:<18} {:>8} {:>11} {:>7} {:>7} {:>7} {:>7} {:>7}\n", "policy", "useful", "samples",
              "lost", "ckpt", "down", "redund", "stalled");

@@ -181,15 +181,15 @@ void run_simulate(const SimulateArgs& a) {
   }
 
   if (a.checkpoint_every == "auto") {
-    // Young's interval from the trace's failure rate and the step on the initial membership.
-    int removals = 0;
-    for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+    // Young's interval from the trace's failure rate and the step on the largest membership.
+    int removals = 0, most = 0;
+    for (const auto& e : trace.events) {
+      removals += e.kind == EventKind::kRemove;
+      most = std::max(most, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
+    }
     const double mtbf_ms = duration_ms / std::max(1, removals);
-    const auto initial =
-        live_nodes_at(trace, trace.events.empty() ? 0 : trace.events.front().time_ms);
-    const auto step = model->step_ms(static_cast<int>(initial.size()), Arrangement::kUniform);
-    if (!step)
-      throw ConfigError("--checkpoint-every auto: the model does not fit the initial nodes");
+    const auto step = model->step_ms(most, Arrangement::kUniform);
+    if (!step) throw ConfigError("--checkpoint-every auto: the model does not fit the cluster");
     costs.restart.checkpoint_every_steps =
         young_checkpoint_steps(costs.restart.checkpoint_ms, mtbf_ms, *step);
   } else if (!a.checkpoint_every.empty()) {
