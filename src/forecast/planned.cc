@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -191,8 +192,12 @@ double PlannedBreakwaterPolicy::adopt(plan::Plan next, const std::vector<plan::L
   const double copy_ms = model_.copy_ms(copies);
   const double horizon = costs_.breakwater.replan_horizon_ms;
   if (horizon > 0 && plan_) {
-    // The fresh plan for this many nodes (memoised by count), moved onto the live nodes.
-    auto fresh = model_.plan_for(static_cast<int>(live_.size()));
+    // The fresh plan for this many nodes, rounded down to a multiple of 1/64 of the cluster so
+    // that large clusters instantiate only a few node counts (memoised); the nodes it leaves
+    // out wait as spares.
+    const int grid = std::max(1, model_.setup().cluster.num_nodes / 64);
+    const int count = static_cast<int>(live_.size()) / grid * grid;
+    auto fresh = count > 0 ? model_.plan_for(count) : std::nullopt;
     if (fresh) {
       for (auto& p : fresh->pipelines) {
         for (auto& n : p.nodes) n = live_[static_cast<std::size_t>(n.value())];
@@ -205,6 +210,7 @@ double PlannedBreakwaterPolicy::adopt(plan::Plan next, const std::vector<plan::L
       if (fresh_steps > kept_steps) {
         fresh->generation = next.generation;
         plan_ = std::move(*fresh);
+        spares_.assign(live_.begin() + count, live_.end());
         return fresh_copy_ms;
       }
     }
@@ -279,13 +285,13 @@ Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
     return r;
   }
   double copy_ms = 0;
+  const std::vector<NodeId> joining = std::exchange(spares_, {});
   try {
-    auto next = plan::join(*plan_, model_.templates(), spares_, s.cluster);
+    auto next = plan::join(*plan_, model_.templates(), joining, s.cluster);
     copy_ms = adopt(std::move(next.plan), next.copies, {});
   } catch (const ConfigError&) {
     replan();
   }
-  spares_.clear();
   r.downtime_ms = b.fixed_reconfigure_ms ? *b.fixed_reconfigure_ms : copy_ms + b.regroup_ms;
   return r;
 }
