@@ -135,13 +135,7 @@ std::unique_ptr<PlannerModel> planner_for(int nodes, bool one_f_one_b = false) {
   return std::make_unique<PlannerModel>(std::move(s));
 }
 
-int max_live(const Trace& trace) {
-  int n = 0;
-  for (const auto& e : trace.events) {
-    n = std::max(n, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
-  }
-  return n;
-}
+int max_live(const Trace& trace) { return max_live_nodes(trace); }
 
 void table(const std::string& title, const Trace& trace, double duration_ms) {
   auto model = planner_for(max_live(trace));

@@ -140,11 +140,7 @@ void run_simulate(const SimulateArgs& a) {
       if (name == size) name = planner_name;
     }
     setup.profile = plan::synthesize_profile(plan::find_model(name), dev, a.microbatch_size);
-    setup.cluster.num_nodes = 1;
-    for (const auto& e : trace.events) {
-      setup.cluster.num_nodes = std::max<int>(
-          setup.cluster.num_nodes, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
-    }
+    setup.cluster.num_nodes = std::max(1, max_live_nodes(trace));
     setup.cluster.devices_per_node = a.devices_per_node;
     setup.cluster.device_memory_gb =
         std::isnan(a.device_memory_gb_set) ? dev.memory_gb : a.device_memory_gb_set;
@@ -182,11 +178,9 @@ void run_simulate(const SimulateArgs& a) {
 
   if (a.checkpoint_every == "auto") {
     // Young's interval from the trace's failure rate and the step on the largest membership.
-    int removals = 0, most = 0;
-    for (const auto& e : trace.events) {
-      removals += e.kind == EventKind::kRemove;
-      most = std::max(most, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
-    }
+    int removals = 0;
+    for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+    const int most = max_live_nodes(trace);
     const double mtbf_ms = duration_ms / std::max(1, removals);
     const auto step = model->step_ms(most, Arrangement::kUniform);
     if (!step) throw ConfigError("--checkpoint-every auto: the model does not fit the cluster");
