@@ -1,4 +1,5 @@
-// Instantiation and batch distribution (Oobleck, SOSP'23, section 4.2), solved exactly.
+// Instantiation and batch distribution (Oobleck, SOSP'23, section 4.2): exact for the slowest
+// pipeline, within one all-reduce of optimal for the step time.
 //
 // Batch split: pipeline p takes m_p >= 1 microbatches at time a_p + b_p * m_p (b_p >= 0);
 // minimise the slowest. Greedy on marginal time with a heap is exact for such monotone costs
@@ -10,7 +11,9 @@
 // tau is feasible iff an unbounded knapsack over node counts (state: nodes used, pipelines so
 // far capped at f + 1) reaches capacity >= B with at most B pipelines. Feasibility is monotone in
 // tau and the optimum is one of the values a_n + b_n * k, so a search over those values is exact.
-// O(N * |templates| * (f + 2)) per probe, no enumeration of partitions.
+// O(N * |templates| * (f + 2)) per probe (bisection over the bits of tau: <= 64 probes), no
+// enumeration of partitions. instantiate() repeats this per bound on the busiest node's
+// parameter bytes to account for the gradient all-reduce (see Composition below).
 #pragma once
 
 #include <vector>
