@@ -227,6 +227,9 @@ void run_simulate(const SimulateArgs& a) {
     json::Json doc;
     doc["duration_ms"] = duration_ms;
     doc["model"] = a.step_ms > 0 ? std::string("constant") : a.model;
+    doc["throughput"] = a.step_ms > 0 ? std::string("constant") : a.throughput;
+    doc["whole_step_loss"] = a.whole_step_loss;
+    doc["costs"] = to_json(costs);
     doc["results"] = to_json(results);
     fmt::print("{}\n", doc.dump(2));
   } else {
