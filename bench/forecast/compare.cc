@@ -8,7 +8,7 @@
 //    those step times, under the artifact's accounting and under ours.
 // 2. Breakwater's recovery model (detection + state transfer + regroup, only the elapsed part
 //    of the interrupted step lost) on the same scenario.
-// 3. GPT-3 6.7B on 32 x 8 devices (analytic model) under fixed, Poisson and burst failures.
+// 3. GPT-3 6.7B on 32 x 8 devices (the real planner) under fixed, Poisson and burst failures.
 // 4. The public spot-instance traces, when TRACE_DIR holds them (skipped otherwise).
 #include <fmt/format.h>
 
@@ -16,8 +16,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <memory>
 
+#include "forecast/planned.h"
 #include "forecast/replay.h"
+#include "plan/schedule_aware.h"
+#include "plan/synth.h"
 
 namespace bw::forecast {
 namespace {
@@ -113,33 +117,73 @@ void own_recovery() {
   fmt::print("\n");
 }
 
-void table(const std::string& title, const Trace& trace, double duration_ms,
-           ThroughputModel& model) {
+// GPT-3 6.7B on the real planner for up to `nodes` nodes of 8 A100s, with schedule-aware
+// templates unless `one_f_one_b`.
+std::unique_ptr<PlannerModel> planner_for(int nodes, bool one_f_one_b = false) {
+  PlannerSetup s;
+  s.profile = plan::synthesize_profile(plan::find_model("gpt3-6.7b"), plan::find_device("a100"), 1);
+  s.cluster.num_nodes = nodes;
+  s.cluster.devices_per_node = 8;
+  s.cluster.device_memory_gb = 80;
+  s.cluster.inter_node_gbps = PolicyCosts{}.breakwater.inter_node_gbps;
+  s.fault_tolerance = 2;
+  s.microbatches = 512;
+  if (!one_f_one_b) {
+    s.planner_options.schedule_kinds = plan::simulated_schedule_kinds();
+    s.planner_options.evaluator = plan::simulator_evaluator(s.profile, s.cluster);
+  }
+  return std::make_unique<PlannerModel>(std::move(s));
+}
+
+int max_live(const Trace& trace) { return max_live_nodes(trace); }
+
+void table(const std::string& title, const Trace& trace, double duration_ms) {
+  auto model = planner_for(max_live(trace));
   ReplayOptions o;
   o.duration_ms = duration_ms;
+  int removals = 0;
+  for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+  PolicyCosts young;
+  young.restart.checkpoint_every_steps =
+      young_checkpoint_steps(young.restart.checkpoint_ms, duration_ms / std::max(1, removals),
+                             *model->step_ms(max_live(trace), Arrangement::kUniform));
   fmt::print("{}\n", title);
-  fmt::print("  {:<11} {:>8} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "policy", "useful", "samples",
+  fmt::print("  {:<18} {:>8} {:>11} {:>7} {:>7} {:>7} {:>7} {:>7}\n", "policy", "useful", "samples",
              "lost", "ckpt", "down", "redund", "stalled");
-  for (auto k : {PolicyKind::kBreakwater, PolicyKind::kRestart, PolicyKind::kRedundant}) {
-    const auto r = replay(trace, k, PolicyCosts{}, model, o);
+  auto row = [&](const std::string& name, const ReplayResult& r) {
     const auto& t = r.time;
     const double D = r.duration_ms / 100;
-    fmt::print("  {:<11} {:>7.2f}% {:>12.4g} {:>7.2f}% {:>7.2f}% {:>7.2f}% {:>7.2f}% {:>7.2f}%\n",
-               to_string(k), 100 * r.useful_fraction(), r.samples, t.lost_ms / D,
-               t.checkpoint_ms / D, (t.reconfigure_ms + t.restart_ms + t.rebalance_ms) / D,
-               t.redundant_ms / D, t.stalled_ms / D);
-  }
+    fmt::print("  {:<18} {:>7.2f}% {:>11.4g} {:>6.2f}% {:>6.2f}% {:>6.2f}% {:>6.2f}% {:>6.2f}%\n",
+               name, 100 * r.useful_fraction(), r.samples, t.lost_ms / D, t.checkpoint_ms / D,
+               (t.reconfigure_ms + t.restart_ms + t.rebalance_ms) / D, t.redundant_ms / D,
+               t.stalled_ms / D);
+  };
+  PlannedBreakwaterPolicy breakwater(PolicyCosts{}, *model);
+  row("breakwater", replay(trace, breakwater, *model, o));
+  PolicyCosts incremental;
+  incremental.breakwater.replan_horizon_ms = 0;
+  PlannedBreakwaterPolicy oobleck_like(incremental, *model);
+  row("  incremental only", replay(trace, oobleck_like, *model, o));
+  auto plain = planner_for(max_live(trace), /*one_f_one_b=*/true);
+  PlannedBreakwaterPolicy plain_policy(PolicyCosts{}, *plain);
+  row("  1F1B templates", replay(trace, plain_policy, *plain, o));
+  row("restart", replay(trace, PolicyKind::kRestart, PolicyCosts{}, *model, o));
+  row(fmt::format("restart, k={}", young.restart.checkpoint_every_steps),
+      replay(trace, PolicyKind::kRestart, young, *model, o));
+  row("redundant", replay(trace, PolicyKind::kRedundant, PolicyCosts{}, *model, o));
 }
 
 void gpt_scenarios() {
-  AnalyticCluster c;
-  c.microbatches = 512;
-  c.fault_tolerance = 2;
-  AnalyticGptModel model(gpt3_preset("gpt3-6.7b"), c);
-  fmt::print("3. GPT-3 6.7B, 32 nodes x 8 devices, 12 h, failed nodes return after 30 min\n");
-  fmt::print("   (step on 32 nodes: {:.2f} s templates, {:.2f} s uniform)\n",
-             *model.step_ms(32, Arrangement::kTemplates) / 1e3,
-             *model.step_ms(32, Arrangement::kUniform) / 1e3);
+  auto model = planner_for(32);
+  fmt::print(
+      "3. GPT-3 6.7B on the planner, 32 nodes x 8 A100, 512 microbatches, f = 2, 12 h, failed "
+      "nodes return after 30 min; k = Young's checkpoint interval\n");
+  fmt::print(
+      "   (step on 32 nodes: {:.2f} s templates, {:.2f} s identical pipelines, {:.2f} s 1F1B-only "
+      "templates)\n",
+      *model->step_ms(32, Arrangement::kTemplates) / 1e3,
+      *model->step_ms(32, Arrangement::kUniform) / 1e3,
+      *planner_for(32, true)->step_ms(32, Arrangement::kTemplates) / 1e3);
   for (int pattern = 0; pattern < 3; ++pattern) {
     SyntheticSpec s;
     s.pattern = static_cast<FailurePattern>(pattern);
@@ -151,7 +195,7 @@ void gpt_scenarios() {
     s.seed = 5;
     const char* names[] = {"fixed, every 10 min", "Poisson, mean 10 min",
                            "bursts of 4 within 30 s, mean 1 h apart"};
-    table(fmt::format(" {}:", names[pattern]), make_synthetic(s), kDuration, model);
+    table(fmt::format(" {}:", names[pattern]), make_synthetic(s), kDuration);
   }
   fmt::print("\n");
 }
@@ -162,11 +206,7 @@ void public_traces(const std::string& dir) {
     fmt::print("4. Public traces: skipped (no trace directory given or found)\n");
     return;
   }
-  AnalyticCluster c;
-  c.microbatches = 512;
-  c.fault_tolerance = 2;
-  fmt::print(
-      "4. Public spot-instance traces, GPT-3 6.7B on 8-device nodes, up to the last event\n");
+  fmt::print("4. Public spot-instance traces, GPT-3 6.7B on the planner, up to the last event\n");
   for (const char* name :
        {"aws-p3.csv", "aws-g4dn.csv", "scaled-gcp.csv", "fixed-10m.csv", "fixed-1h.csv"}) {
     const auto path = fs::path(dir) / name;
@@ -175,9 +215,9 @@ void public_traces(const std::string& dir) {
       continue;
     }
     const auto trace = read_trace(path.string());
-    AnalyticGptModel model(gpt3_preset("gpt3-6.7b"), c);
-    table(fmt::format(" {} ({} events):", name, trace.events.size()), trace,
-          trace.events.back().time_ms, model);
+    table(
+        fmt::format(" {} ({} events, up to {} nodes):", name, trace.events.size(), max_live(trace)),
+        trace, trace.events.back().time_ms);
   }
 }
 

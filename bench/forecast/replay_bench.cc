@@ -6,6 +6,7 @@
 
 #include "forecast/planned.h"
 #include "forecast/replay.h"
+#include "plan/schedule_aware.h"
 #include "plan/synth.h"
 
 namespace bw::forecast {
@@ -54,7 +55,8 @@ BENCHMARK_CAPTURE(BM_ThreePolicies1024Nodes12h, gpt3_175b_bursts, std::string("g
 
 // The real planner: templates once for 1024 nodes, reconfigure/join per event for breakwater,
 // identical-pipeline plans per node count for the others.
-void BM_ThreePoliciesPlanner1024Nodes12h(benchmark::State& state, const std::string& model_name) {
+void BM_ThreePoliciesPlanner1024Nodes12h(benchmark::State& state, const std::string& model_name,
+                                         bool schedule_aware, double replan_horizon_ms) {
   const auto trace = trace_1024(FailurePattern::kFixed);
   for (auto _ : state) {
     PlannerSetup s;
@@ -65,10 +67,16 @@ void BM_ThreePoliciesPlanner1024Nodes12h(benchmark::State& state, const std::str
     s.cluster.device_memory_gb = 80;
     s.fault_tolerance = 2;
     s.microbatches = 512;
+    if (schedule_aware) {
+      s.planner_options.schedule_kinds = plan::simulated_schedule_kinds();
+      s.planner_options.evaluator = plan::simulator_evaluator(s.profile, s.cluster);
+    }
     PlannerModel model(s);
     ReplayOptions o;
     o.duration_ms = 12 * 3600e3;
-    PlannedBreakwaterPolicy breakwater(PolicyCosts{}, model);
+    PolicyCosts costs;
+    costs.breakwater.replan_horizon_ms = replan_horizon_ms;
+    PlannedBreakwaterPolicy breakwater(costs, model);
     double useful = replay(trace, breakwater, model, o).useful_fraction();
     for (auto kind : {PolicyKind::kRestart, PolicyKind::kRedundant}) {
       useful += replay(trace, kind, PolicyCosts{}, model, o).useful_fraction();
@@ -76,7 +84,16 @@ void BM_ThreePoliciesPlanner1024Nodes12h(benchmark::State& state, const std::str
     benchmark::DoNotOptimize(useful);
   }
 }
-BENCHMARK_CAPTURE(BM_ThreePoliciesPlanner1024Nodes12h, gpt3_6_7b, std::string("gpt3-6.7b"))
+BENCHMARK_CAPTURE(BM_ThreePoliciesPlanner1024Nodes12h, gpt3_6_7b_1f1b_incremental,
+                  std::string("gpt3-6.7b"), false, 0.0)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ThreePoliciesPlanner1024Nodes12h, gpt3_6_7b_schedule_aware_incremental,
+                  std::string("gpt3-6.7b"), true, 0.0)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_ThreePoliciesPlanner1024Nodes12h, gpt3_6_7b_schedule_aware_replan,
+                  std::string("gpt3-6.7b"), true, 600e3)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 

@@ -17,6 +17,7 @@
 #include "forecast/replay.h"
 #include "forecast/report.h"
 #include "forecast/trace.h"
+#include "plan/schedule_aware.h"
 #include "plan/synth.h"
 
 namespace bw::cli {
@@ -35,6 +36,7 @@ struct SimulateArgs {
   double step_ms = 0;                  // > 0: constant-step model instead of the analytic one
   std::string throughput = "planner";  // planner | analytic
   std::string device = "a100";
+  std::vector<std::string> schedules;  // planner: kinds templates may use (empty: all)
   std::string trace;
   std::string failure_every;
   double failure_rate = 0;  // per hour
@@ -50,6 +52,7 @@ struct SimulateArgs {
   bool whole_step_loss = false;
   // Cost overrides (NaN: keep the default).
   double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
+  double replan_horizon_ms = NAN;
   double restart_ms = NAN, checkpoint_ms = NAN, rebalance_ms = NAN, redundant_restart_ms = NAN;
   double useful_share = NAN;
   std::string checkpoint_every;  // steps, or "auto" (Young's interval for the trace)
@@ -105,6 +108,7 @@ void run_simulate(const SimulateArgs& a) {
   set_if(costs.breakwater.detection_ms, a.detection_ms);
   set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
   set_if(costs.breakwater.regroup_ms, a.regroup_ms);
+  set_if(costs.breakwater.replan_horizon_ms, a.replan_horizon_ms);
   if (!std::isnan(a.reconfigure_ms)) costs.breakwater.fixed_reconfigure_ms = a.reconfigure_ms;
   set_if(costs.restart.restart_ms, a.restart_ms);
   set_if(costs.restart.checkpoint_ms, a.checkpoint_ms);
@@ -136,17 +140,20 @@ void run_simulate(const SimulateArgs& a) {
       if (name == size) name = planner_name;
     }
     setup.profile = plan::synthesize_profile(plan::find_model(name), dev, a.microbatch_size);
-    setup.cluster.num_nodes = 1;
-    for (const auto& e : trace.events) {
-      setup.cluster.num_nodes = std::max<int>(
-          setup.cluster.num_nodes, static_cast<int>(live_nodes_at(trace, e.time_ms).size()));
-    }
+    setup.cluster.num_nodes = std::max(1, max_live_nodes(trace));
     setup.cluster.devices_per_node = a.devices_per_node;
     setup.cluster.device_memory_gb =
         std::isnan(a.device_memory_gb_set) ? dev.memory_gb : a.device_memory_gb_set;
     setup.cluster.inter_node_gbps = costs.breakwater.inter_node_gbps;
     setup.fault_tolerance = a.fault_tolerance;
     setup.microbatches = a.microbatches;
+    // Schedule-aware templates: each node count takes the kind the simulator predicts fastest.
+    // Only 1F1B: the planner's own closed form, no simulation.
+    const auto kinds = a.schedules.empty() ? plan::simulated_schedule_kinds() : a.schedules;
+    if (kinds != std::vector<std::string>{"1f1b"}) {
+      setup.planner_options.schedule_kinds = kinds;
+      setup.planner_options.evaluator = plan::simulator_evaluator(setup.profile, setup.cluster);
+    }
     auto m = std::make_unique<PlannerModel>(std::move(setup));
     planner = m.get();
     model = std::move(m);
@@ -170,15 +177,13 @@ void run_simulate(const SimulateArgs& a) {
   }
 
   if (a.checkpoint_every == "auto") {
-    // Young's interval from the trace's failure rate and the step on the initial membership.
+    // Young's interval from the trace's failure rate and the step on the largest membership.
     int removals = 0;
     for (const auto& e : trace.events) removals += e.kind == EventKind::kRemove;
+    const int most = max_live_nodes(trace);
     const double mtbf_ms = duration_ms / std::max(1, removals);
-    const auto initial =
-        live_nodes_at(trace, trace.events.empty() ? 0 : trace.events.front().time_ms);
-    const auto step = model->step_ms(static_cast<int>(initial.size()), Arrangement::kUniform);
-    if (!step)
-      throw ConfigError("--checkpoint-every auto: the model does not fit the initial nodes");
+    const auto step = model->step_ms(most, Arrangement::kUniform);
+    if (!step) throw ConfigError("--checkpoint-every auto: the model does not fit the cluster");
     costs.restart.checkpoint_every_steps =
         young_checkpoint_steps(costs.restart.checkpoint_ms, mtbf_ms, *step);
   } else if (!a.checkpoint_every.empty()) {
@@ -222,6 +227,9 @@ void run_simulate(const SimulateArgs& a) {
     json::Json doc;
     doc["duration_ms"] = duration_ms;
     doc["model"] = a.step_ms > 0 ? std::string("constant") : a.model;
+    doc["throughput"] = a.step_ms > 0 ? std::string("constant") : a.throughput;
+    doc["whole_step_loss"] = a.whole_step_loss;
+    doc["costs"] = to_json(costs);
     doc["results"] = to_json(results);
     fmt::print("{}\n", doc.dump(2));
   } else {
@@ -251,6 +259,10 @@ void add_simulate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", args->device, "planner: device of the synthetic profile")
       ->capture_default_str();
+  cmd->add_option("--schedules", args->schedules,
+                  "planner: schedule kinds templates may use (1f1b, interleaved, hanayo-w1, "
+                  "hanayo-w2; default all)")
+      ->delimiter(',');
   cmd->add_option("--step-ms", args->step_ms,
                   "constant step time instead of the GPT model (published comparisons)");
   cmd->add_option("--trace", args->trace, "CSV trace: time_ms,add|remove,nodeN");
@@ -274,6 +286,9 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--regroup-ms", args->regroup_ms, "breakwater: new process groups (500)");
   cmd->add_option("--reconfigure-ms", args->reconfigure_ms,
                   "breakwater: fixed reconfiguration cost instead of the model");
+  cmd->add_option("--replan-horizon-ms", args->replan_horizon_ms,
+                  "breakwater on the planner: take a fresh plan when it does more steps over "
+                  "this horizon (600000; 0: incremental only, as Oobleck)");
   cmd->add_option("--restart-ms", args->restart_ms, "restart: full restart (76000)");
   cmd->add_option("--checkpoint-ms", args->checkpoint_ms, "restart: one checkpoint (15800)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every,

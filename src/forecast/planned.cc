@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -132,6 +134,25 @@ double PlannerModel::copy_ms(const std::vector<plan::LayerCopy>& copies) const {
   return inter_ms + intra_ms;
 }
 
+double PlannerModel::full_state_ms(const plan::Plan& p) const {
+  // Per node: the distinct layers its devices hold cross its link once; all its devices' copies
+  // fan out inside it.
+  double busiest = 0, fan_out = 0;
+  for (const auto& pl : p.pipelines) {
+    std::map<int, double> in, intra;
+    for (const auto& st : pl.tmpl.stages) {
+      double bytes = 0;
+      for (int l = st.first_layer; l < st.end_layer(); ++l) bytes += 3.0 * layer_param_bytes_[l];
+      in[st.node] += bytes;
+      intra[st.node] += bytes * st.num_devices;
+    }
+    for (const auto& [n, b] : in) busiest = std::max(busiest, b);
+    for (const auto& [n, b] : intra) fan_out = std::max(fan_out, b);
+  }
+  return (busiest > 0 ? setup_.cluster.transfer_ms(busiest, false) : 0.0) +
+         (fan_out > 0 ? setup_.cluster.transfer_ms(fan_out, true) : 0.0);
+}
+
 PlannedBreakwaterPolicy::PlannedBreakwaterPolicy(const PolicyCosts& costs, PlannerModel& model)
     : costs_(costs), model_(model) {}
 
@@ -159,6 +180,45 @@ std::optional<RunParams> PlannedBreakwaterPolicy::run_params(int nodes) {
   return RunParams{plan_->step_ms, 1.0, 0, 0.0};
 }
 
+int PlannedBreakwaterPolicy::smallest_pipeline(const plan::Plan& p) {
+  int smallest = std::numeric_limits<int>::max();
+  for (const auto& pl : p.pipelines) smallest = std::min(smallest, pl.tmpl.num_nodes);
+  return smallest;
+}
+
+double PlannedBreakwaterPolicy::adopt(plan::Plan next, const std::vector<plan::LayerCopy>& copies,
+                                      const std::vector<NodeId>& dead) {
+  (void)dead;
+  const double copy_ms = model_.copy_ms(copies);
+  const double horizon = costs_.breakwater.replan_horizon_ms;
+  if (horizon > 0 && plan_) {
+    // The fresh plan for this many nodes, rounded down to a multiple of 1/64 of the cluster so
+    // that large clusters instantiate only a few node counts (memoised); the nodes it leaves
+    // out wait as spares.
+    const int grid = std::max(1, model_.setup().cluster.num_nodes / 64);
+    const int count = static_cast<int>(live_.size()) / grid * grid;
+    auto fresh = count > 0 ? model_.plan_for(count) : std::nullopt;
+    if (fresh) {
+      for (auto& p : fresh->pipelines) {
+        for (auto& n : p.nodes) n = live_[static_cast<std::size_t>(n.value())];
+      }
+      // Its transfer, bounded as if every node received all the state it holds: exact copy
+      // lists between two large plans cost more to compute than the rest of the replay.
+      const double fresh_copy_ms = model_.full_state_ms(*fresh);
+      const double kept_steps = std::max(0.0, horizon - copy_ms) / next.step_ms;
+      const double fresh_steps = std::max(0.0, horizon - fresh_copy_ms) / fresh->step_ms;
+      if (fresh_steps > kept_steps) {
+        fresh->generation = next.generation;
+        plan_ = std::move(*fresh);
+        spares_.assign(live_.begin() + count, live_.end());
+        return fresh_copy_ms;
+      }
+    }
+  }
+  plan_ = std::move(next);
+  return copy_ms;
+}
+
 Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
   const auto& b = costs_.breakwater;
   const auto& s = model_.setup();
@@ -166,24 +226,41 @@ Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
   Reaction r;
   r.cause = Cause::kReconfigure;
   if (change.kind == EventKind::kRemove) {
+    if (std::find(spares_.begin(), spares_.end(), id) != spares_.end()) {
+      // A spare left: nothing ran on it.
+      std::erase(spares_, id);
+      std::erase(live_, id);
+      r.rollback = Rollback::kNone;
+      r.no_op = true;
+      return r;
+    }
     std::erase(live_, id);
     r.rollback = Rollback::kStep;
     double copy_ms = 0;
     if (plan_) {
       try {
         auto next = plan::reconfigure(*plan_, model_.templates(), {id}, s.cluster);
-        copy_ms = model_.copy_ms(next.copies);
-        plan_ = std::move(next.plan);
+        std::vector<plan::LayerCopy> copies = std::move(next.copies);
+        if (!spares_.empty() && static_cast<int>(spares_.size()) >= smallest_pipeline(next.plan)) {
+          // Enough spares for a pipeline: they join in the same reconfiguration.
+          auto joined = plan::join(next.plan, model_.templates(), spares_, s.cluster);
+          copies.insert(copies.end(), joined.copies.begin(), joined.copies.end());
+          next.plan = std::move(joined.plan);
+          spares_.clear();
+        }
+        copy_ms = adopt(std::move(next.plan), copies, {id});
       } catch (const ConfigError&) {
         // No live replica of some layer (or too few survivors): checkpoint the last committed
         // step and restart on a fresh plan.
         ++fatal_restarts_;
+        spares_.clear();
         replan();
         r.cause = Cause::kRestart;
         r.downtime_ms = costs_.restart.restart_ms;
         return r;
       }
     } else {
+      spares_.clear();
       replan();
     }
     r.downtime_ms =
@@ -194,21 +271,28 @@ Reaction PlannedBreakwaterPolicy::on_change(const Change& change) {
   std::sort(live_.begin(), live_.end());
   r.rollback = Rollback::kNone;
   r.at_step_boundary = true;
-  double copy_ms = 0;
-  if (plan_) {
-    try {
-      auto next = plan::join(*plan_, model_.templates(), {id}, s.cluster);
-      copy_ms = model_.copy_ms(next.copies);
-      plan_ = std::move(next.plan);
-    } catch (const ConfigError&) {
-      replan();
-    }
-  } else {
+  if (!plan_) {
+    // Stalled: the join may make training possible again, from its stop checkpoint.
+    spares_.clear();
     replan();
-    if (plan_) r.cause = Cause::kRestart;  // training resumes from its stop checkpoint
+    r.cause = Cause::kRestart;
+    r.downtime_ms = costs_.restart.restart_ms;
+    return r;
+  }
+  spares_.push_back(id);
+  if (static_cast<int>(spares_.size()) < smallest_pipeline(*plan_)) {
+    r.no_op = true;  // wait for the next reconfiguration
+    return r;
+  }
+  double copy_ms = 0;
+  const std::vector<NodeId> joining = std::exchange(spares_, {});
+  try {
+    auto next = plan::join(*plan_, model_.templates(), joining, s.cluster);
+    copy_ms = adopt(std::move(next.plan), next.copies, {});
+  } catch (const ConfigError&) {
+    replan();
   }
   r.downtime_ms = b.fixed_reconfigure_ms ? *b.fixed_reconfigure_ms : copy_ms + b.regroup_ms;
-  if (r.cause == Cause::kRestart) r.downtime_ms = costs_.restart.restart_ms;
   return r;
 }
 

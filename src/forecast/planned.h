@@ -13,6 +13,15 @@
 // reconfiguration is impossible (a layer lost every replica) training stops with a checkpoint
 // of the last committed step and restarts on a fresh plan (restart cost, as RestartCosts).
 //
+// Joins wait (DESIGN.md: nodes join at a reconfiguration): a returning node is a spare until
+// enough spares gather to form a pipeline as large as the plan's smallest, and they join at
+// that moment or at the next failure's reconfiguration, whichever comes first. One node alone
+// would become a one-node pipeline that carries the whole model's gradient over one link.
+// Optionally (BreakwaterCosts::replan_horizon_ms > 0) the policy also compares each incremental
+// plan with a fresh plan for the membership and takes the fresh one when it does more steps over
+// that horizon, its transfer included (bounded as if every node received all the state it holds);
+// each comparison costs an instantiate.
+//
 // Fault tolerance: plans keep f + 1 pipelines when the nodes allow it; with fewer nodes the
 // planner is asked for f - 1, ..., 0 (training goes on without the guarantee, as it must).
 #pragma once
@@ -58,6 +67,8 @@ class PlannerModel final : public ThroughputModel {
   // Time of a copy list: the busiest node link (in or out) at the inter-node bandwidth; copies
   // inside a node use the intra-node link.
   double copy_ms(const std::vector<plan::LayerCopy>& copies) const;
+  // Upper bound of moving a whole plan's state: every node receives all it holds.
+  double full_state_ms(const plan::Plan& plan) const;
 
  private:
   PlannerSetup setup_;
@@ -76,15 +87,21 @@ class PlannedBreakwaterPolicy final : public Policy {
   void on_start(const std::vector<std::string>& nodes) override;
 
   int fatal_restarts() const { return fatal_restarts_; }
+  static int smallest_pipeline(const plan::Plan& p);
 
  private:
   NodeId id_of(const std::string& name);
   void replan();
+  // Takes `next` (reached incrementally, moving `copies`) or a fresh plan for the membership,
+  // whichever does more steps over the replan horizon; returns the transfer time.
+  double adopt(plan::Plan next, const std::vector<plan::LayerCopy>& copies,
+               const std::vector<NodeId>& dead);
 
   PolicyCosts costs_;
   PlannerModel& model_;
   std::unordered_map<std::string, NodeId> ids_;
   std::vector<NodeId> live_;
+  std::vector<NodeId> spares_;  // joined, waiting for the next reconfiguration
   std::optional<plan::Plan> plan_;
   int next_id_ = 0;
   int fatal_restarts_ = 0;

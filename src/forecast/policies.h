@@ -46,6 +46,11 @@ struct BreakwaterCosts {
   // When set, a reconfiguration costs exactly this instead (Oobleck's artifact uses 2 s for
   // BERT-large), for comparisons with published numbers.
   std::optional<double> fixed_reconfigure_ms;
+  // On the planner: after a change, a fresh plan for the whole membership replaces the
+  // incremental one (reconfigure/join) when it does more steps over this horizon, its larger
+  // state transfer included (default 10 minutes, the scale of failure intervals on spot
+  // instances). 0: always incremental, as Oobleck.
+  double replan_horizon_ms = 600e3;
 };
 
 struct RestartCosts {
@@ -112,6 +117,7 @@ struct Reaction {
   double checkpoint_ms = 0;  // a checkpoint taken before the downtime (counted as checkpoint)
   Rollback rollback = Rollback::kStep;
   bool at_step_boundary = false;  // applied at the end of the in-flight step, losing nothing
+  bool no_op = false;             // nothing changes for training (e.g. a node kept as a spare)
 };
 
 class Policy {

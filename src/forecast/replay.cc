@@ -284,6 +284,8 @@ class Engine {
 
   // The strongest of two reactions to changes handled together.
   static Reaction merge(const Reaction& a, const Reaction& b) {
+    if (a.no_op) return b;
+    if (b.no_op) return a;
     Reaction m = a;
     m.downtime_ms = std::max(a.downtime_ms, b.downtime_ms);
     m.checkpoint_ms = std::max(a.checkpoint_ms, b.checkpoint_ms);
@@ -319,6 +321,7 @@ class Engine {
   }
 
   void react(double t, const Reaction& r) {
+    if (r.no_op) return;
     const bool runnable = nodes() > 0 && policy_.run_params(nodes()).has_value();
     switch (mode_) {
       case Mode::kRunning: {

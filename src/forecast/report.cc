@@ -106,6 +106,24 @@ json::Json to_json(const ReplayResult& r) {
   return j;
 }
 
+json::Json to_json(const PolicyCosts& c) {
+  json::Json j;
+  j["breakwater"] = {{"detection_ms", c.breakwater.detection_ms},
+                     {"inter_node_gbps", c.breakwater.inter_node_gbps},
+                     {"regroup_ms", c.breakwater.regroup_ms},
+                     {"replan_horizon_ms", c.breakwater.replan_horizon_ms}};
+  if (c.breakwater.fixed_reconfigure_ms) {
+    j["breakwater"]["fixed_reconfigure_ms"] = *c.breakwater.fixed_reconfigure_ms;
+  }
+  j["restart"] = {{"restart_ms", c.restart.restart_ms},
+                  {"checkpoint_ms", c.restart.checkpoint_ms},
+                  {"checkpoint_every_steps", c.restart.checkpoint_every_steps}};
+  j["redundant"] = {{"rebalance_ms", c.redundant.rebalance_ms},
+                    {"restart_ms", c.redundant.restart_ms},
+                    {"useful_share", c.redundant.useful_share}};
+  return j;
+}
+
 json::Json to_json(const std::vector<ReplayResult>& results) {
   json::Json j = json::Json::array();
   for (const auto& r : results) j.push_back(to_json(r));

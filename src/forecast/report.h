@@ -17,6 +17,8 @@ namespace bw::forecast {
 std::string format_tables(const std::vector<ReplayResult>& results);
 
 json::Json to_json(const ReplayResult& result);
+// Every cost parameter, so that a run's JSON says what it assumed.
+json::Json to_json(const PolicyCosts& costs);
 json::Json to_json(const std::vector<ReplayResult>& results);
 
 struct SvgOptions {

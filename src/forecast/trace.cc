@@ -114,6 +114,24 @@ std::vector<std::string> live_nodes_at(const Trace& trace, double time_ms) {
   return live;
 }
 
+int max_live_nodes(const Trace& trace) {
+  std::unordered_set<std::string> live;
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const auto& e = trace.events[i];
+    if (e.kind == EventKind::kAdd) {
+      live.insert(e.node);
+    } else {
+      live.erase(e.node);
+    }
+    // Count after all events of one timestamp, as live_nodes_at does.
+    if (i + 1 == trace.events.size() || trace.events[i + 1].time_ms != e.time_ms) {
+      most = std::max(most, live.size());
+    }
+  }
+  return static_cast<int>(most);
+}
+
 void validate_trace(const Trace& trace) {
   std::unordered_set<std::string> live;
   for (std::size_t i = 0; i < trace.events.size(); ++i) {

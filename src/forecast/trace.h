@@ -40,6 +40,8 @@ std::string format_trace(const Trace& trace);
 
 // The nodes alive after applying every event with time <= time_ms, in order of addition.
 std::vector<std::string> live_nodes_at(const Trace& trace, double time_ms);
+// The most nodes live at once over the whole trace (O(events)).
+int max_live_nodes(const Trace& trace);
 // Checks that removals name live nodes and additions name absent ones; ConfigError otherwise.
 void validate_trace(const Trace& trace);
 

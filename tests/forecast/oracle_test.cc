@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 
 #include "forecast/replay.h"
@@ -87,6 +88,11 @@ struct Case {
   int k;
   bool whole;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "T=" << c.T << " ms, R=" << c.R << " ms, C=" << c.C << " ms every " << c.k << " steps, "
+      << c.rate_per_hour << " failures/h" << (c.whole ? ", whole-step loss" : "");
+}
 
 class ReplayVsOracle : public ::testing::TestWithParam<Case> {};
 

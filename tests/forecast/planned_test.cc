@@ -87,6 +87,7 @@ TEST(PlannedBreakwater, OneFailureCostsDetectionCopiesRegroup) {
   const auto setup = small_setup(6, 1);
   PlannerModel m(setup);
   PolicyCosts costs;
+  costs.breakwater.replan_horizon_ms = 0;  // purely incremental, as Oobleck
   for (int failed = 0; failed < 6; ++failed) {
     PlannedBreakwaterPolicy policy(costs, m);
     ReplayOptions o;
@@ -104,6 +105,57 @@ TEST(PlannedBreakwater, OneFailureCostsDetectionCopiesRegroup) {
     EXPECT_NEAR(r.timeline.back().samples_per_s, m.samples_per_step() / next.plan.step_ms * 1e3,
                 1e-9);
   }
+}
+
+TEST(PlannedBreakwater, ReplansWhenAFreshPlanDoesMoreStepsOverTheHorizon) {
+  // Two failures in different pipelines. With an unbounded horizon any faster fresh plan wins,
+  // so the rate after them is at least that of a fresh plan for the 4 survivors and of the
+  // incremental plan; with horizon 0 it is the incremental plan's.
+  const auto setup = small_setup(6, 1);
+  PlannerModel m(setup);
+  const auto trace = cluster_trace(6, {}, 0);
+  const std::string text = format_trace(trace) + "10000,remove,n0\n30000,remove,n3\n";
+  ReplayOptions o;
+  o.duration_ms = 100e3;
+  PolicyCosts incremental;
+  incremental.breakwater.replan_horizon_ms = 0;
+  PolicyCosts replanning;
+  replanning.breakwater.replan_horizon_ms = 1e12;
+  PlannedBreakwaterPolicy a(incremental, m), b(replanning, m);
+  const auto ra = replay(parse_trace(text, "replan"), a, m, o);
+  const auto rb = replay(parse_trace(text, "replan"), b, m, o);
+  const double fresh_rate = m.samples_per_step() * 1e3 / *m.step_ms(4, Arrangement::kTemplates);
+  const double rate_a = ra.timeline.back().samples_per_s, rate_b = rb.timeline.back().samples_per_s;
+  EXPECT_GE(rate_b, fresh_rate * (1 - 1e-12));
+  EXPECT_GE(rate_b, rate_a * (1 - 1e-12));
+  EXPECT_EQ(ra.reconfigurations, 2);
+  EXPECT_EQ(rb.reconfigurations, 2);
+}
+
+TEST(PlannedBreakwater, ReturningNodesWaitUntilTheyCanFormAPipeline) {
+  // 6 nodes, smallest pipeline 2 nodes: after two failures, the first node back is a spare (no
+  // reconfiguration, throughput unchanged), the second makes a pipeline with it.
+  PlannerModel m(small_setup(6, 1));
+  ASSERT_EQ(PlannedBreakwaterPolicy::smallest_pipeline(*m.plan_for(6)), 2);
+  const auto trace = cluster_trace(6, {}, 0);
+  std::string text = format_trace(trace);
+  text += "10000,remove,n0\n10000,remove,n1\n20000,add,n0\n30000,add,n1\n";
+  PolicyCosts costs;
+  costs.breakwater.replan_horizon_ms = 0;
+  PlannedBreakwaterPolicy policy(costs, m);
+  ReplayOptions o;
+  o.duration_ms = 60e3;
+  const auto r = replay(parse_trace(text, "spares"), policy, m, o);
+  EXPECT_EQ(r.joins, 2);
+  EXPECT_EQ(r.reconfigurations, 2);  // the failures (one change) and the second join
+  double rate_at_25s = -1, rate_at_50s = -1;
+  for (const auto& seg : r.timeline) {
+    if (seg.start_ms <= 25e3 && 25e3 < seg.end_ms) rate_at_25s = seg.samples_per_s;
+    if (seg.start_ms <= 50e3 && 50e3 < seg.end_ms) rate_at_50s = seg.samples_per_s;
+  }
+  const double rate = m.samples_per_step() * 1e3;
+  EXPECT_NEAR(rate_at_25s, rate / *m.step_ms(4, Arrangement::kTemplates), 1e-6 * rate_at_25s);
+  EXPECT_GT(rate_at_50s, rate_at_25s);
 }
 
 class FailureSets : public ::testing::TestWithParam<std::tuple<int, int>> {};

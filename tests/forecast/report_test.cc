@@ -55,6 +55,16 @@ TEST(Report, JsonCarriesTheBreakdown) {
   }
 }
 
+TEST(Report, CostsJsonHasEveryParameter) {
+  PolicyCosts c = oobleck_artifact_bert_large();
+  c.restart.checkpoint_every_steps = 7;
+  const auto j = to_json(c);
+  EXPECT_DOUBLE_EQ(j["breakwater"]["fixed_reconfigure_ms"].get<double>(), 2000);
+  EXPECT_EQ(j["restart"]["checkpoint_every_steps"], 7);
+  EXPECT_DOUBLE_EQ(j["redundant"]["useful_share"].get<double>(), 0.1971);
+  EXPECT_FALSE(to_json(PolicyCosts{})["breakwater"].contains("fixed_reconfigure_ms"));
+}
+
 TEST(Report, SvgHasALinePerPolicyAndATickPerEvent) {
   const auto rs = two_policies();
   const auto svg = render_svg(rs, {.title = "a <b> & c"});

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -28,6 +29,26 @@ TEST(Trace, ParsesSortsAndRoundTrips) {
   }
   EXPECT_EQ(live_nodes_at(t, 70000), (std::vector<std::string>{"node1", "node2", "node3"}));
   EXPECT_EQ(live_nodes_at(t, 120000), (std::vector<std::string>{"node2", "node3"}));
+  EXPECT_EQ(max_live_nodes(t), 3);
+}
+
+TEST(Trace, MaxLiveNodesMatchesLiveNodesAtEveryEvent) {
+  // Oracle: the slow path, live_nodes_at after every event time.
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    SyntheticSpec s;
+    s.pattern = FailurePattern::kBursts;
+    s.nodes = 20;
+    s.interval_ms = 900e3;
+    s.rejoin_after_ms = 1200e3;
+    s.seed = seed;
+    const auto t = make_synthetic(s);
+    std::size_t most = 0;
+    for (const auto& e : t.events) most = std::max(most, live_nodes_at(t, e.time_ms).size());
+    EXPECT_EQ(max_live_nodes(t), static_cast<int>(most)) << "seed " << seed;
+  }
+  EXPECT_EQ(max_live_nodes(Trace{}), 0);
+  // Swapping a node at one timestamp never counts both.
+  EXPECT_EQ(max_live_nodes(parse_trace("0,add,a\n5,remove,a\n5,add,b\n", "swap")), 1);
 }
 
 struct BadLine {
