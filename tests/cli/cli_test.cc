@@ -1,0 +1,142 @@
+// Runs the real `breakwater` binary on the bundled examples and checks what a user sees: exit
+// status, JSON for programs, one clear sentence for impossible requests. Every run has a deadline
+// (coreutils `timeout`), so a hang fails the test instead of stalling the suite.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args, int deadline_s = 120) {
+  std::string cmd = "cd '" BW_SOURCE_DIR "' && timeout -s KILL " + std::to_string(deadline_s) +
+                    " '" BW_BINARY "' " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+nlohmann::json parse(const Result& r) {
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "output is not JSON (" << e.what() << "):\n" << r.out.substr(0, 2000);
+    return {};
+  }
+}
+
+TEST(Cli, HelpListsEverySubcommand) {
+  Result r = run("--help");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* sub : {"plan", "schedule", "simulate", "profile"})
+    EXPECT_NE(r.out.find(sub), std::string::npos) << "missing subcommand " << sub << "\n" << r.out;
+}
+
+TEST(Cli, UnknownSubcommandFails) {
+  Result r = run("no-such-command");
+  EXPECT_NE(r.status, 0) << r.out;
+}
+
+TEST(Cli, PlanJsonCoversClusterWithFPlusOnePipelines) {
+  const int f = 2, microbatches = 128;
+  Result r =
+      run("plan --profile examples/gpt3-6.7b-a100.json --cluster "
+          "examples/cluster-16x8-a100.json --fault-tolerance 2 --microbatches 128 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = parse(r);
+  const auto& pipelines = j["plan"]["pipelines"];
+  ASSERT_GE(pipelines.size(), static_cast<size_t>(f + 1)) << j["plan"].dump();
+  int mb = 0;
+  size_t nodes = 0;
+  for (const auto& p : pipelines) {
+    EXPECT_GE(p["microbatches"].get<int>(), 1);
+    mb += p["microbatches"].get<int>();
+    nodes += p["nodes"].size();
+  }
+  EXPECT_EQ(mb, microbatches);
+  EXPECT_EQ(nodes, 16u) << "every node of the 16-node cluster is used";
+  EXPECT_GT(j["plan"]["samples_per_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, PlanWithFailuresStillCoversSurvivors) {
+  Result r =
+      run("plan --profile examples/gpt3-6.7b-a100.json --cluster "
+          "examples/cluster-16x8-a100.json --fault-tolerance 2 --microbatches 128 "
+          "--fail 3,7");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("After failure"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ImpossibleFaultToleranceIsOneClearError) {
+  Result r =
+      run("plan --profile examples/gpt3-6.7b-a100.json --nodes 2 --devices-per-node 8 "
+          "--fault-tolerance 5 --microbatches 16");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("error:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MalformedProfileNamesTheFile) {
+  Result r =
+      run("plan --profile no/such/profile.json --nodes 2 --devices-per-node 1 "
+          "--fault-tolerance 0 --microbatches 4");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("no/such/profile.json"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ScheduleJsonHanayoBeatsOneFOneB) {
+  auto bubble = [](const std::string& kind) {
+    Result r = run("schedule --kind " + kind + " --waves 2 --devices 4 --microbatches 8 " +
+                   "--forward-ms 1 --backward-ms 2 --json");
+    EXPECT_EQ(r.status, 0) << r.out;
+    return parse(r)["bubble_ratio"].get<double>();
+  };
+  double hanayo = bubble("hanayo"), one_f_one_b = bubble("1f1b");
+  // Closed form for 1F1B: (P-1)/(B+P-1) = 3/11.
+  EXPECT_NEAR(one_f_one_b, 3.0 / 11.0, 1e-9);
+  EXPECT_LT(hanayo, one_f_one_b);
+}
+
+TEST(Cli, InvalidScheduleIsAConfigError) {
+  Result r = run("schedule --kind hanayo --waves 0 --devices 4 --microbatches 8");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("error:"), std::string::npos) << r.out;
+}
+
+TEST(Cli, SimulateRanksBreakwaterAboveRestart) {
+  Result r =
+      run("simulate --model gpt3-medium --nodes 16 --devices-per-node 8 --fault-tolerance 1 "
+          "--microbatches 64 --failure-every 30m --hours 2 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = parse(r);
+  std::map<std::string, nlohmann::json> by_policy;
+  for (const auto& res : j["results"]) by_policy[res["policy"].get<std::string>()] = res;
+  ASSERT_TRUE(by_policy.count("breakwater") && by_policy.count("restart")) << r.out.substr(0, 2000);
+  for (auto& [name, res] : by_policy) {
+    // Every millisecond of the run is accounted to exactly one cause.
+    double total = 0;
+    for (auto& [cause, ms] : res["time_ms"].items()) total += ms.get<double>();
+    EXPECT_NEAR(total, res["duration_ms"].get<double>(), 1e-6 * total) << name;
+    EXPECT_EQ(res["failures"].get<int>(), 3) << name << ": failures at 30, 60 and 90 minutes";
+  }
+  EXPECT_GT(by_policy["breakwater"]["samples"].get<double>(),
+            by_policy["restart"]["samples"].get<double>());
+}
+
+}  // namespace
