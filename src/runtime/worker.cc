@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/resource.h>
-#include <torch/optim/adamw.h>
 
 #include <chrono>
 #include <cmath>
@@ -26,22 +25,7 @@ std::string param_key(int layer, const std::string& name) {
   return fmt::format("layers.{}.{}", layer, name);
 }
 
-double scheduled_lr(int step, const TrainConfig& t) {
-  if (t.warmup_steps > 0 && step < t.warmup_steps) {
-    return t.lr * (step + 1) / t.warmup_steps;
-  }
-  const int decay_steps = std::max(1, t.steps - t.warmup_steps);
-  const double progress = std::min(1.0, double(step - t.warmup_steps) / decay_steps);
-  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
-}
-
 }  // namespace
-
-// AdamW over the held layers' parameters, one param group.
-struct WorkerOptimizer {
-  std::vector<std::pair<std::string, torch::Tensor>> params;  // checkpoint names
-  std::unique_ptr<torch::optim::AdamW> adamw;
-};
 
 nlohmann::json StepReport::to_json() const {
   return {{"step", step},
@@ -112,20 +96,266 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank,
                                          layout_.microbatch_size, loss_scale);
   sync_ = std::make_unique<GradSync>(layout_, rank, layers_, store, world_.get(), timeout);
 
-  optimizer_ = std::make_unique<WorkerOptimizer>();
-  std::vector<torch::Tensor> tensors;
+  NamedTensors params;
   for (const auto& [l, layer] : layers_) {
     for (const auto& [name, p] : layer->parameter_list()) {
-      optimizer_->params.emplace_back(param_key(l, name), p);
-      tensors.push_back(p);
+      params.emplace_back(checkpoint_tensor_name(l, name), p);
     }
   }
-  const auto& t = config.train;
-  optimizer_->adamw =
-      std::make_unique<torch::optim::AdamW>(tensors, torch::optim::AdamWOptions(t.lr)
-                                                         .betas(std::make_tuple(t.beta1, t.beta2))
-                                                         .weight_decay(t.weight_decay)
-                                                         .eps(1e-8));
+  optimizer_ = std::make_unique<Optimizer>(std::move(params), config.train);
+  log(LogLevel::kInfo, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
+      fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
+}
+
+Worker::~Worker() = default;
+
+StepReport Worker::run_step(int step) {
+  const auto t0 = Clock::now();
+  const auto& pl = layout_.pipelines[pipeline_];
+  const int64_t mbs = layout_.microbatch_size;
+  const int64_t step_first = int64_t{step} * layout_.total_microbatches * mbs;
+  BatchFn batch = [&](int m) {
+    BW_CHECK(sampler_.has_value(), "rank {} has no data but its chunk needs a batch", rank_);
+    return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
+  };
+  zero_gradients(layers_);
+  StepStats stats = executor_->run_step(batch);
+
+  const auto t_sync = Clock::now();
+  sync_->sync_gradients();
+  auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
+  const double norm = std::sqrt(sq_norm);
+  const double lr = optimizer_->step(step, clip_scale(sq_norm, config_.train.grad_clip));
+  StepReport r;
+  r.step = d.at("step");
+  r.rank = d.at("rank");
+  r.loss = d.at("loss");
+  r.grad_norm = d.at("grad_norm");
+  r.lr = d.at("lr");
+  r.step_ms = d.at("step_ms");
+  r.compute_ms = d.at("compute_ms");
+  r.wait_ms = d.at("wait_ms");
+  r.sync_ms = d.at("sync_ms");
+  r.num_actions = d.at("num_actions");
+  r.peak_rss_kb = d.at("peak_rss_kb");
+  return r;
+}
+
+int64_t peak_rss_kb() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return usage.ru_maxrss;
+}
+
+Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank,
+               c10::intrusive_ptr<c10d::Store> store)
+    : config_(config), layout_(layout), rank_(rank) {
+  std::tie(pipeline_, device_) = layout_.locate(rank);
+  const auto& pl = layout_.pipelines[pipeline_];
+  model_ = model::named_config(config.model.name, layout_.vocab_size);
+  BW_CHECK(model::num_layers(model_) == layout_.num_layers, "model has {} layers, layout {}",
+           model::num_layers(model_), layout_.num_layers);
+  for (int l : layout_.layers_of(rank)) {
+    layers_[l] = model::build_layer(model_, l, static_cast<uint64_t>(config.model.seed));
+  }
+  // Only the ranks holding the first or the last chunk read data.
+  const int last_chunk = pl.schedule.num_chunks - 1;
+  if (pl.schedule.chunk_device[0] == device_ || pl.schedule.chunk_device[last_chunk] == device_) {
+    const std::string path =
+        config.data.path.empty() ? data::default_corpus_path() : config.data.path;
+    data::Sampler sampler(data::TokenDataset::open(path), model_.seq_len,
+                          static_cast<uint64_t>(config.data.seed));
+    sampler.require_global_batch(global_batch(config.pipeline));
+    sampler_.emplace(std::move(sampler));
+  }
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
+  if (layout_.world_size() > 1) {
+    BW_CHECK(store, "a world of {} ranks needs a store", layout_.world_size());
+    world_ = make_gloo_transport(store, fmt::format("g{}/world", layout_.generation), rank,
+                                 layout_.world_size(), timeout);
+  }
+  const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
+  executor_ = std::make_unique<Executor>(model_, pl, device_, layers_, world_.get(),
+                                         layout_.microbatch_size, loss_scale);
+  sync_ = std::make_unique<GradSync>(layout_, rank, layers_, store, world_.get(), timeout);
+
+  NamedTensors params;
+  for (const auto& [l, layer] : layers_) {
+    for (const auto& [name, p] : layer->parameter_list()) {
+      params.emplace_back(checkpoint_tensor_name(l, name), p);
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(std::move(params), config.train);
+  log(LogLevel::kInfo, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
+      fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
+}
+
+Worker::~Worker() = default;
+
+StepReport Worker::run_step(int step) {
+  const auto t0 = Clock::now();
+  const auto& pl = layout_.pipelines[pipeline_];
+  const int64_t mbs = layout_.microbatch_size;
+  const int64_t step_first = int64_t{step} * layout_.total_microbatches * mbs;
+  BatchFn batch = [&](int m) {
+    BW_CHECK(sampler_.has_value(), "rank {} has no data but its chunk needs a batch", rank_);
+    return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
+  };
+  zero_gradients(layers_);
+  StepStats stats = executor_->run_step(batch);
+
+  const auto t_sync = Clock::now();
+  sync_->sync_gradients();
+  auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
+  const double norm = std::sqrt(sq_norm);
+  const double lr = optimizer_->step(step, clip_scale(sq_norm, config_.train.grad_clip));
+
+  StepReport r;
+  r.step = d.at("step");
+  r.rank = d.at("rank");
+  r.loss = d.at("loss");
+  r.grad_norm = d.at("grad_norm");
+  r.lr = d.at("lr");
+  r.step_ms = d.at("step_ms");
+  r.compute_ms = d.at("compute_ms");
+  r.wait_ms = d.at("wait_ms");
+  r.sync_ms = d.at("sync_ms");
+  r.num_actions = d.at("num_actions");
+  r.peak_rss_kb = d.at("peak_rss_kb");
+  return r;
+}
+
+int64_t peak_rss_kb() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return usage.ru_maxrss;
+}
+
+Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank,
+               c10::intrusive_ptr<c10d::Store> store)
+    : config_(config), layout_(layout), rank_(rank) {
+  std::tie(pipeline_, device_) = layout_.locate(rank);
+  const auto& pl = layout_.pipelines[pipeline_];
+  model_ = model::named_config(config.model.name, layout_.vocab_size);
+  BW_CHECK(model::num_layers(model_) == layout_.num_layers, "model has {} layers, layout {}",
+           model::num_layers(model_), layout_.num_layers);
+  for (int l : layout_.layers_of(rank)) {
+    layers_[l] = model::build_layer(model_, l, static_cast<uint64_t>(config.model.seed));
+  }
+  // Only the ranks holding the first or the last chunk read data.
+  const int last_chunk = pl.schedule.num_chunks - 1;
+  if (pl.schedule.chunk_device[0] == device_ || pl.schedule.chunk_device[last_chunk] == device_) {
+    const std::string path =
+        config.data.path.empty() ? data::default_corpus_path() : config.data.path;
+    data::Sampler sampler(data::TokenDataset::open(path), model_.seq_len,
+                          static_cast<uint64_t>(config.data.seed));
+    sampler.require_global_batch(global_batch(config.pipeline));
+    sampler_.emplace(std::move(sampler));
+  }
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
+  if (layout_.world_size() > 1) {
+    BW_CHECK(store, "a world of {} ranks needs a store", layout_.world_size());
+    world_ = make_gloo_transport(store, fmt::format("g{}/world", layout_.generation), rank,
+                                 layout_.world_size(), timeout);
+  }
+  const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
+  executor_ = std::make_unique<Executor>(model_, pl, device_, layers_, world_.get(),
+                                         layout_.microbatch_size, loss_scale);
+  sync_ = std::make_unique<GradSync>(layout_, rank, layers_, store, world_.get(), timeout);
+
+  NamedTensors params;
+  for (const auto& [l, layer] : layers_) {
+    for (const auto& [name, p] : layer->parameter_list()) {
+      params.emplace_back(checkpoint_tensor_name(l, name), p);
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(std::move(params), config.train);
+  log(LogLevel::kInfo, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
+      fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
+}
+
+Worker::~Worker() = default;
+
+StepReport Worker::run_step(int step) {
+  const auto t0 = Clock::now();
+  const auto& pl = layout_.pipelines[pipeline_];
+  const int64_t mbs = layout_.microbatch_size;
+  const int64_t step_first = int64_t{step} * layout_.total_microbatches * mbs;
+  BatchFn batch = [&](int m) {
+    BW_CHECK(sampler_.has_value(), "rank {} has no data but its chunk needs a batch", rank_);
+    return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
+  };
+  zero_gradients(layers_);
+  StepStats stats = executor_->run_step(batch);
+
+  const auto t_sync = Clock::now();
+  sync_->sync_gradients();
+  auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
+  const double norm = std::sqrt(sq_norm);
+  const double lr = optimizer_->step(step, clip_scale(sq_norm, config_.train.grad_clip));
+  StepReport r;
+  r.step = d.at("step");
+  r.rank = d.at("rank");
+  r.loss = d.at("loss");
+  r.grad_norm = d.at("grad_norm");
+  r.lr = d.at("lr");
+  r.step_ms = d.at("step_ms");
+  r.compute_ms = d.at("compute_ms");
+  r.wait_ms = d.at("wait_ms");
+  r.sync_ms = d.at("sync_ms");
+  r.num_actions = d.at("num_actions");
+  r.peak_rss_kb = d.at("peak_rss_kb");
+  return r;
+}
+
+int64_t peak_rss_kb() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return usage.ru_maxrss;
+}
+
+Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank,
+               c10::intrusive_ptr<c10d::Store> store)
+    : config_(config), layout_(layout), rank_(rank) {
+  std::tie(pipeline_, device_) = layout_.locate(rank);
+  const auto& pl = layout_.pipelines[pipeline_];
+  model_ = model::named_config(config.model.name, layout_.vocab_size);
+  BW_CHECK(model::num_layers(model_) == layout_.num_layers, "model has {} layers, layout {}",
+           model::num_layers(model_), layout_.num_layers);
+  for (int l : layout_.layers_of(rank)) {
+    layers_[l] = model::build_layer(model_, l, static_cast<uint64_t>(config.model.seed));
+  }
+  // Only the ranks holding the first or the last chunk read data.
+  const int last_chunk = pl.schedule.num_chunks - 1;
+  if (pl.schedule.chunk_device[0] == device_ || pl.schedule.chunk_device[last_chunk] == device_) {
+    const std::string path =
+        config.data.path.empty() ? data::default_corpus_path() : config.data.path;
+    data::Sampler sampler(data::TokenDataset::open(path), model_.seq_len,
+                          static_cast<uint64_t>(config.data.seed));
+    sampler.require_global_batch(global_batch(config.pipeline));
+    sampler_.emplace(std::move(sampler));
+  }
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
+  if (layout_.world_size() > 1) {
+    BW_CHECK(store, "a world of {} ranks needs a store", layout_.world_size());
+    world_ = make_gloo_transport(store, fmt::format("g{}/world", layout_.generation), rank,
+                                 layout_.world_size(), timeout);
+  }
+  const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
+  executor_ = std::make_unique<Executor>(model_, pl, device_, layers_, world_.get(),
+                                         layout_.microbatch_size, loss_scale);
+  sync_ = std::make_unique<GradSync>(layout_, rank, layers_, store, world_.get(), timeout);
+
+  NamedTensors params;
+  for (const auto& [l, layer] : layers_) {
+    for (const auto& [name, p] : layer->parameter_list()) {
+      params.emplace_back(checkpoint_tensor_name(l, name), p);
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(std::move(params), config.train);
   log(LogLevel::kInfo, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
       fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
 }
@@ -174,30 +404,24 @@ StepReport Worker::run_step(int step) {
   return r;
 }
 
+bool Worker::owns(const std::string& tensor_name) const {
+  // "layers.{i}.{...}"
+  const int layer = std::stoi(tensor_name.substr(7));
+  return layout_.replicas(layer).front() == rank_;
+}
+
 NamedTensors Worker::owned_parameters() const {
   NamedTensors out;
-  for (const auto& [l, layer] : layers_) {
-    if (layout_.replicas(l).front() != rank_) continue;
-    for (const auto& [name, p] : layer->parameter_list()) {
-      out.emplace_back(param_key(l, name), p.detach());
-    }
+  for (const auto& [name, p] : optimizer_->params()) {
+    if (owns(name)) out.emplace_back(name, p.detach());
   }
   return out;
 }
 
 NamedTensors Worker::owned_optimizer_state() const {
   NamedTensors out;
-  auto& state = optimizer_->adamw->state();
-  for (const auto& [key, p] : optimizer_->params) {
-    const int layer = std::stoi(key.substr(7));
-    if (layout_.replicas(layer).front() != rank_) continue;
-    auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-    if (it == state.end()) continue;
-    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    out.emplace_back(key + ".exp_avg", s.exp_avg());
-    out.emplace_back(key + ".exp_avg_sq", s.exp_avg_sq());
-    out.emplace_back(key + ".step",
-                     torch::tensor({static_cast<double>(s.step())}, torch::kFloat64));
+  for (auto& [name, t] : optimizer_->state_tensors()) {
+    if (owns(name)) out.emplace_back(name, t);
   }
   return out;
 }
@@ -205,32 +429,19 @@ NamedTensors Worker::owned_optimizer_state() const {
 void Worker::load_state(const std::map<std::string, torch::Tensor>& params,
                         const std::map<std::string, torch::Tensor>* optimizer_state) {
   torch::NoGradGuard no_grad;
-  auto find = [](const std::map<std::string, torch::Tensor>& m, const std::string& key,
-                 const torch::Tensor& like, const char* what) -> const torch::Tensor& {
-    auto it = m.find(key);
-    if (it == m.end()) {
-      throw ConfigError(fmt::format("checkpoint {} has no tensor '{}'", what, key));
+  for (const auto& [name, p] : optimizer_->params()) {
+    auto it = params.find(name);
+    if (it == params.end()) {
+      throw ConfigError(fmt::format("the checkpoint has no tensor '{}'", name));
     }
-    if (it->second.sizes() != like.sizes()) {
-      throw ConfigError(fmt::format("checkpoint {} tensor '{}' has shape {}, the model needs {}",
-                                    what, key, fmt::join(it->second.sizes(), "x"), fmt::join(like.sizes(), "x")));
+    if (it->second.sizes() != p.sizes()) {
+      throw ConfigError(fmt::format("checkpoint tensor '{}' has shape [{}], the model needs [{}]",
+                                    name, fmt::join(it->second.sizes(), ", "),
+                                    fmt::join(p.sizes(), ", ")));
     }
-    return it->second;
-  };
-  for (auto& [key, p] : optimizer_->params) p.copy_(find(params, key, p, "model"));
-  if (optimizer_state == nullptr) return;
-  auto& state = optimizer_->adamw->state();
-  for (auto& [key, p] : optimizer_->params) {
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->exp_avg(find(*optimizer_state, key + ".exp_avg", p, "optimizer").clone());
-    s->exp_avg_sq(find(*optimizer_state, key + ".exp_avg_sq", p, "optimizer").clone());
-    auto it = optimizer_state->find(key + ".step");
-    if (it == optimizer_state->end()) {
-      throw ConfigError(fmt::format("checkpoint optimizer has no tensor '{}.step'", key));
-    }
-    s->step(static_cast<int64_t>(it->second.item<double>()));
-    state[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(s);
+    p.copy_(it->second);
   }
+  if (optimizer_state != nullptr) optimizer_->load_state_tensors(*optimizer_state);
 }
 
 std::vector<std::pair<int, uint64_t>> Worker::layer_checksums() const {

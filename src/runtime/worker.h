@@ -28,14 +28,15 @@
 #include "data/sampler.h"
 #include "model/gpt.h"
 #include "runtime/comm.h"
+#include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/executor.h"
 #include "runtime/grad_sync.h"
 #include "runtime/layout.h"
+#include "runtime/optimizer.h"
 
 namespace bw::runtime {
 
-struct WorkerOptimizer;  // worker.cc
 
 struct StepReport {
   int step = 0;
@@ -54,8 +55,6 @@ struct StepReport {
   static StepReport from_json(const nlohmann::json& doc);
 };
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
 class Worker {
  public:
   // `store` is null when the world has one rank (no communication).
@@ -70,14 +69,16 @@ class Worker {
   const std::map<int, std::shared_ptr<model::Layer>>& layers() const { return layers_; }
 
   // Parameters and optimizer state of the layers this rank owns (the lowest rank of each replica
-  // set): "layers.{i}.{param}" and "layers.{i}.{param}.exp_avg" / ".exp_avg_sq"; plus the
-  // optimizer step count.
+  // set): "layers.{i}.{param}" and "layers.{i}.{param}.exp_avg" / ".exp_avg_sq" / ".step".
   NamedTensors owned_parameters() const;
   NamedTensors owned_optimizer_state() const;
   // Loads every held layer's parameters (and optimizer state when given) by name; ConfigError
   // naming the first missing tensor or a shape mismatch.
   void load_state(const std::map<std::string, torch::Tensor>& params,
                   const std::map<std::string, torch::Tensor>* optimizer_state);
+
+  // Whether this rank saves tensor "layers.{i}...." (it is the lowest rank holding layer i).
+  bool owns(const std::string& tensor_name) const;
 
   // FNV-1a of each held layer's parameter bytes.
   std::vector<std::pair<int, uint64_t>> layer_checksums() const;
@@ -94,7 +95,7 @@ class Worker {
   std::unique_ptr<Transport> world_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<GradSync> sync_;
-  std::unique_ptr<WorkerOptimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
 };
 
 // Peak resident set size of this process in KiB (0 where unknown).

@@ -1,0 +1,185 @@
+#include "elastic/planning.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "schedule/generate.h"
+
+namespace bw::elastic {
+namespace {
+
+schedule::ScheduleSpec fit_spec(const runtime::PipelineConfig& p, int devices, int microbatches,
+                                int num_layers, std::vector<std::string>& notes) {
+  schedule::ScheduleSpec spec;
+  spec.kind = p.schedule;
+  spec.devices = devices;
+  spec.microbatches = microbatches;
+  spec.chunks_per_device = p.chunks_per_device;
+  spec.waves = p.waves;
+  if (spec.kind == "chimera") {
+    throw ConfigError(
+        "the runtime does not run chimera (its duplicated weights need a second gradient sync); "
+        "choose gpipe, 1f1b, interleaved, hanayo, zb-h1 or zb-v (pipeline.schedule)");
+  }
+  while (spec.kind == "hanayo" && spec.waves > 1 && schedule::num_chunks(spec) > num_layers) {
+    --spec.waves;
+    if (schedule::num_chunks(spec) <= num_layers) {
+      notes.push_back(fmt::format(
+          "hanayo with {} waves needs more chunks than the model's {} layers on {} devices; "
+          "running {} waves",
+          p.waves, num_layers, devices, spec.waves));
+    }
+  }
+  while (spec.kind == "interleaved" && spec.chunks_per_device > 1 &&
+         schedule::num_chunks(spec) > num_layers) {
+    --spec.chunks_per_device;
+    if (schedule::num_chunks(spec) <= num_layers) {
+      notes.push_back(fmt::format(
+          "interleaved with {} chunks per device needs more chunks than the model's {} layers "
+          "on {} devices; running {}",
+          p.chunks_per_device, num_layers, devices, spec.chunks_per_device));
+    }
+  }
+  return spec;
+}
+
+runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int num_layers) {
+  schedule::check_spec(spec);
+  schedule::Schedule compute = schedule::generate(spec);
+  if (compute.num_stages() != compute.num_chunks) {
+    throw ConfigError(fmt::format("schedule {} duplicates weights; the runtime cannot run it",
+                                  spec.kind));
+  }
+  runtime::PipelineLayout pl;
+  pl.num_devices = spec.devices;
+  pl.num_microbatches = spec.microbatches;
+  pl.chunk_layers = runtime::split_layers(num_layers, compute.num_chunks);
+  pl.schedule = schedule::lower(compute);
+  schedule::validate(pl.schedule);
+  return pl;
+}
+
+}  // namespace
+
+LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig& model,
+                       int world_size, int generation) {
+  const auto& p = config.pipeline;
+  std::vector<int> devices = p.pipelines;
+  if (devices.empty()) {
+    const int n = std::max(1, std::min(world_size, p.fault_tolerance + 1));
+    for (int i = 0; i < n; ++i) devices.push_back(world_size / n + (i < world_size % n ? 1 : 0));
+  }
+  const int total = std::accumulate(devices.begin(), devices.end(), 0);
+  if (total != world_size) {
+    throw ConfigError(fmt::format(
+        "pipeline.pipelines {} uses {} devices but the cluster has {} (cluster.nodes {} x "
+        "cluster.devices_per_node {}); make them agree",
+        devices, total, world_size, config.cluster.nodes, config.cluster.devices_per_node));
+  }
+  std::vector<double> weights(devices.begin(), devices.end());
+  const auto microbatches = runtime::split_microbatches(p.microbatches, weights);
+
+  LayoutPlan out;
+  auto& layout = out.layout;
+  layout.generation = generation;
+  layout.num_layers = model::num_layers(model);
+  layout.vocab_size = model.vocab_size;
+  layout.microbatch_size = p.microbatch_size;
+  layout.total_microbatches = p.microbatches;
+  int rank = 0, mb = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto spec = fit_spec(p, devices[i], microbatches[i], layout.num_layers, out.notes);
+    auto pl = make_pipeline(spec, layout.num_layers);
+    pl.first_rank = rank;
+    pl.first_microbatch = mb;
+    rank += pl.num_devices;
+    mb += pl.num_microbatches;
+    layout.pipelines.push_back(std::move(pl));
+  }
+  runtime::validate_layout(layout);
+  if (config.cluster.memory_gb > 0) {
+    const double limit = config.cluster.memory_gb * 1e9;
+    for (int pi = 0; pi < static_cast<int>(layout.pipelines.size()); ++pi) {
+      for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
+        const double need = estimate_device_bytes(layout, model, pi, d);
+        if (need > limit) {
+          const int r = layout.pipelines[pi].first_rank + d;
+          throw ConfigError(fmt::format(
+              "device {} of pipeline {} (rank {}) holds layers {} and needs about {:.3f} GB, but "
+              "cluster.memory_gb is {}; raise cluster.memory_gb, add devices, or use a smaller "
+              "microbatch_size",
+              d, pi, r, layout.layers_of(r), need / 1e9, config.cluster.memory_gb));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
+                                        const model::GptConfig& model, int generation) {
+  runtime::RunLayout layout;
+  layout.generation = generation;
+  layout.num_layers = model::num_layers(model);
+  layout.vocab_size = model.vocab_size;
+  layout.microbatch_size = config.pipeline.microbatch_size;
+  layout.total_microbatches = config.pipeline.microbatches;
+  runtime::PipelineLayout pl;
+  pl.num_devices = 1;
+  pl.num_microbatches = config.pipeline.microbatches;
+  pl.chunk_layers = {{0, layout.num_layers}};
+  pl.schedule.kind = "single";
+  pl.schedule.num_devices = 1;
+  pl.schedule.num_chunks = 1;
+  pl.schedule.num_microbatches = pl.num_microbatches;
+  pl.schedule.chunk_device = {0};
+  pl.schedule.actions.resize(1);
+  for (int m = 0; m < pl.num_microbatches; ++m) {
+    pl.schedule.actions[0].push_back({schedule::ActionKind::F, 0, m});
+    pl.schedule.actions[0].push_back({schedule::ActionKind::B, 0, m});
+  }
+  layout.pipelines.push_back(std::move(pl));
+  runtime::validate_layout(layout);
+  return layout;
+}
+
+double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
+                             int pipeline, int device) {
+  const auto& pl = layout.pipelines[pipeline];
+  const int rank = pl.first_rank + device;
+  double param_count = 0, act_bytes_per_mb = 0;
+  for (int l : layout.layers_of(rank)) {
+    param_count += static_cast<double>(model::num_parameters(model, l));
+    // A block keeps roughly 16 activations of [mbs, T, d] plus the attention matrix.
+    const double btd = double(layout.microbatch_size) * model.seq_len * model.d_model;
+    const double att = double(layout.microbatch_size) * model.n_heads * model.seq_len *
+                       model.seq_len;
+    switch (model::layer_kind(model, l)) {
+      case model::LayerKind::kEmbedding:
+        act_bytes_per_mb += 4 * btd;
+        break;
+      case model::LayerKind::kBlock:
+        act_bytes_per_mb += 4 * (16 * btd + 2 * att);
+        break;
+      case model::LayerKind::kHead:
+        act_bytes_per_mb += 4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len *
+                                               model.vocab_size);
+        break;
+    }
+  }
+  // In flight: at most every microbatch the device forwards before its first backward.
+  int in_flight = 0, peak = 0;
+  for (const auto& a : pl.schedule.actions[device]) {
+    if (a.kind == schedule::ActionKind::F) peak = std::max(peak, ++in_flight);
+    if (a.kind == schedule::ActionKind::B || a.kind == schedule::ActionKind::W) --in_flight;
+  }
+  // `peak` counts chunk-microbatches; each holds only its chunk's share, so this bounds above.
+  return 16.0 * param_count + act_bytes_per_mb * std::max(1, peak);
+}
+
+}  // namespace bw::elastic

@@ -1,0 +1,87 @@
+#include "elastic/worker_main.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "elastic/keys.h"
+#include "runtime/checkpointing.h"
+#include "runtime/config.h"
+#include "runtime/layout.h"
+#include "runtime/log.h"
+#include "runtime/worker.h"
+
+namespace bw::elastic {
+namespace {
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+}  // namespace
+
+void run_worker_process(const WorkerArgs& args) {
+  using std::chrono::milliseconds;
+  runtime::set_log_prefix(args.generation, args.rank);
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(args.store_port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = milliseconds(static_cast<int64_t>(args.connect_timeout_s * 1000));
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(args.store_host, opts);
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("worker {} cannot reach the coordinator's store at {}:{}: {}",
+                                args.rank, args.store_host, args.store_port, e.what()));
+  }
+  const int g = args.generation;
+  try {
+    const auto config = runtime::parse_run_config(get_string(*store, keys::config(g)),
+                                                  "the coordinator's config", {});
+    store->setTimeout(
+        milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
+    const auto layout = runtime::layout_from_json(
+        nlohmann::json::parse(get_string(*store, keys::layout(g))));
+    const auto start = nlohmann::json::parse(get_string(*store, keys::start(g)));
+    const int first_step = start.at("first_step");
+    const std::string resume = start.at("resume");
+
+    torch::set_num_threads(std::max(1, config.train.threads_per_worker));
+    runtime::Worker worker(config, layout, args.rank, store);
+    if (!resume.empty()) {
+      auto ckpt = runtime::load_checkpoint(resume);
+      worker.load_state(ckpt.weights, &ckpt.optimizer);
+    }
+    for (int step = first_step; step < config.train.steps; ++step) {
+      auto report = worker.run_step(step);
+      if (runtime::checkpoint_due(config.train, step)) {
+        runtime::write_shard(worker, runtime::checkpoint_dir(config.train.out_dir, step + 1));
+      }
+      set_string(*store, keys::metrics(g, step, args.rank), report.to_json().dump());
+    }
+    nlohmann::json done = nlohmann::json::object();
+    for (const auto& [layer, hash] : worker.layer_checksums()) {
+      done[std::to_string(layer)] = fmt::format("{:016x}", hash);
+    }
+    set_string(*store, keys::done(g, args.rank), done.dump());
+  } catch (const std::exception& e) {
+    try {
+      set_string(*store, keys::error(g, args.rank), e.what());
+    } catch (...) {
+      // The store is gone too; the exit status still tells the coordinator.
+    }
+    throw;
+  }
+}
+
+}  // namespace bw::elastic
