@@ -49,5 +49,4 @@ std::optional<Action> parse_action(std::string_view text) {
   return Action{*kind, *chunk, *mb};
 }
 
-
 }  // namespace bw::schedule

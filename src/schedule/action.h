@@ -28,10 +28,10 @@ struct Action {
 
 bool is_compute(ActionKind kind);
 bool is_comm(ActionKind kind);
-std::string_view kind_name(ActionKind kind);        // "F", "SEND_B", ...
+std::string_view kind_name(ActionKind kind);  // "F", "SEND_B", ...
 std::optional<ActionKind> parse_kind(std::string_view name);
 
-std::string to_string(const Action& a);             // "3F1"
+std::string to_string(const Action& a);  // "3F1"
 // Parses "3F1"; nullopt when the text is not an action.
 std::optional<Action> parse_action(std::string_view text);
 

@@ -1,5 +1,7 @@
 #include "schedule/schedule.h"
 
+#include <algorithm>
+
 namespace bw::schedule {
 
 std::vector<int> Schedule::chunks_of(int device) const {
@@ -7,6 +9,43 @@ std::vector<int> Schedule::chunks_of(int device) const {
   for (int c = 0; c < num_chunks; ++c)
     if (chunk_device[c] == device) out.push_back(c);
   return out;
+}
+
+int Schedule::num_stages() const {
+  if (chunk_stage.empty()) return num_chunks;
+  return chunk_stage.empty() ? 0 : *std::max_element(chunk_stage.begin(), chunk_stage.end()) + 1;
+}
+
+int Schedule::prev_chunk(int chunk) const {
+  if (chunk <= 0) return -1;
+  if (chunk_stage.empty()) return chunk - 1;
+  return chunk_stage[chunk] == chunk_stage[chunk - 1] + 1 ? chunk - 1 : -1;
+}
+
+int Schedule::next_chunk(int chunk) const {
+  if (chunk + 1 >= num_chunks) return -1;
+  if (chunk_stage.empty()) return chunk + 1;
+  return chunk_stage[chunk + 1] == chunk_stage[chunk] + 1 ? chunk + 1 : -1;
+}
+
+bool Schedule::is_lowered() const {
+  for (const auto& list : actions)
+    for (const auto& a : list)
+      if (is_comm(a.kind)) return true;
+  return false;
+}
+
+bool Schedule::has_split_backward() const {
+  for (const auto& list : actions)
+    for (const auto& a : list)
+      if (a.kind == ActionKind::I || a.kind == ActionKind::W) return true;
+  return false;
+}
+
+long long Schedule::num_actions() const {
+  long long n = 0;
+  for (const auto& list : actions) n += static_cast<long long>(list.size());
+  return n;
 }
 
 }  // namespace bw::schedule

@@ -1,0 +1,33 @@
+// Schedules as CSV text, in PyTorch pipelining's format (`_dump_csv` / `_load_csv`).
+//
+// One row per device, comma-separated actions `<chunk><KIND><microbatch>` (`3F1`, `5SEND_B2`);
+// an empty cell is an idle slot and is dropped on reading. A PyTorch `(a;b)OVERLAP_F_B` cell is
+// read as its two actions in order. The file carries no placement: pass it, or let the reader infer
+// it from which device runs each chunk's compute actions (which is ambiguous only for a chunk that
+// never runs, an error). Malformed input is a ConfigError naming line and column.
+#pragma once
+
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace bw::schedule {
+
+struct CsvOptions {
+  std::string kind = "custom";
+  std::optional<std::vector<int>> chunk_device;  // placement; inferred when absent
+  std::vector<int> chunk_stage;                  // model stages; empty = chunk c is stage c
+  std::string source = "csv";                    // names the input in messages (a path)
+};
+
+Schedule read_csv(std::istream& in, const CsvOptions& options = {});
+Schedule read_csv_file(const std::string& path, CsvOptions options = {});
+void write_csv(std::ostream& out, const Schedule& s);
+void write_csv_file(const std::string& path, const Schedule& s);
+std::string to_csv(const Schedule& s);
+
+}  // namespace bw::schedule

@@ -1,0 +1,26 @@
+// GPipe (Huang et al., NeurIPS'19): every forward, then every backward, one chunk per device.
+//
+// P = 3 devices, B = 4 microbatches, backward twice as long as forward (digits: microbatch):
+//
+//   dev 0 | 0 1 2 3 . . . . . . . .   . . . . 0 0 1 1 2 2 3 3
+//   dev 1 |   0 1 2 3 . . . . . . . . . 0 0 1 1 2 2 3 3
+//   dev 2 |     0 1 2 3 0 0 1 1 2 2 3 3
+//           forwards             backwards (in microbatch order, as PyTorch's ScheduleGPipe)
+//
+// Bubble (P-1)/(B+P-1) of the makespan on every device; every device keeps all B microbatches'
+// activations before its first backward (peak B*M_a).
+#include "schedule/generators.h"
+
+namespace bw::schedule::detail {
+
+Schedule make_gpipe(int devices, int microbatches) {
+  Schedule s = empty_schedule("gpipe", devices, microbatches, loop_placement(devices, devices));
+  for (int d = 0; d < devices; ++d) {
+    auto& list = s.actions[d];
+    for (int m = 0; m < microbatches; ++m) list.push_back({ActionKind::F, d, m});
+    for (int m = 0; m < microbatches; ++m) list.push_back({ActionKind::B, d, m});
+  }
+  return s;
+}
+
+}  // namespace bw::schedule::detail

@@ -1,0 +1,30 @@
+// 1F1B (PipeDream-Flush; DAPPLE, Fan et al. PPoPP'21): warm up with P-1-d forwards, then alternate
+// one forward and one backward, then drain the backwards. One chunk per device.
+//
+// P = 3, B = 4, backward = 2 x forward (digits: microbatch; F lower, B doubled):
+//
+//   dev 0 | 0 1 2 . . . . 00. 3 11. . 22. 33
+//   dev 1 |   0 1 . . 00 2 11 3 22. . 33
+//   dev 2 |     0 00 1 11 2 22 3 33
+//
+// Device d runs, for x = 0, 1, ...: F x (if x < B), then B x-(P-1-d) (if in range). It keeps at
+// most P-d microbatches in flight: peak P*M_a on device 0, M_a on the last. Bubble (P-1)/(B+P-1).
+// B < P is allowed (all forwards, then all backwards).
+#include "schedule/generators.h"
+
+namespace bw::schedule::detail {
+
+Schedule make_1f1b(int devices, int microbatches) {
+  Schedule s = empty_schedule("1f1b", devices, microbatches, loop_placement(devices, devices));
+  for (int d = 0; d < devices; ++d) {
+    auto& list = s.actions[d];
+    const int lag = devices - 1 - d;
+    for (int x = 0; x < microbatches + lag; ++x) {
+      if (x < microbatches) list.push_back({ActionKind::F, d, x});
+      if (x - lag >= 0) list.push_back({ActionKind::B, d, x - lag});
+    }
+  }
+  return s;
+}
+
+}  // namespace bw::schedule::detail
