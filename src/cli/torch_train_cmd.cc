@@ -2,12 +2,11 @@
 // pipeline parallelism on this machine. Prints the resolved config and the plan, a progress bar
 // (step, loss, tokens/s, ETA), a summary table and a generated sample; writes metrics JSONL, the
 // resolved config and checkpoints under train.out_dir.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/registry.h"
 #include "elastic/coordinator.h"
@@ -57,14 +56,15 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   const int filled = static_cast<int>(double(done) / s.steps * width);
   std::string bar(filled, '#');
   bar += std::string(width - filled, '.');
-  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}", tty ? "\r" : "",
-             bar, done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s),
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}", tty ? "\r" : "", bar,
+             done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s),
              tty ? (done == s.steps ? "\n" : "") : "\n");
   std::fflush(stderr);
 }
 
 void print_summary(const elastic::RunSummary& s) {
-  fmt::print("\n{:<28} {}\n", "steps", fmt::format("{} (from step {})", s.steps_done, s.first_step));
+  fmt::print("\n{:<28} {}\n", "steps",
+             fmt::format("{} (from step {})", s.steps_done, s.first_step));
   fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
   fmt::print("{:<28} {:.0f}\n", "tokens/s", s.tokens_per_s);
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));

@@ -1,16 +1,15 @@
 #include "elastic/coordinator.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -101,9 +100,9 @@ class ProcessFleet final : public Fleet {
     const int port = store_->getPort();
     for (int r = 0; r < layout.world_size(); ++r) {
       children_.push_back(ChildProcess::spawn(
-          executable, {executable, "worker", "--store-host", "127.0.0.1", "--store-port",
-                       std::to_string(port), "--rank", std::to_string(r), "--generation",
-                       std::to_string(g_)}));
+          executable,
+          {executable, "worker", "--store-host", "127.0.0.1", "--store-port", std::to_string(port),
+           "--rank", std::to_string(r), "--generation", std::to_string(g_)}));
     }
     runtime::log(runtime::LogLevel::kInfo, "store on port {}, {} workers started", port,
                  children_.size());
@@ -134,8 +133,9 @@ class ProcessFleet final : public Fleet {
     std::vector<std::map<int, std::string>> out;
     for (const auto& k : names) {
       std::map<int, std::string> sums;
-      for (const auto& [layer, hash] : nlohmann::json::parse(as_string(store_->get(k))).items()) {
-        sums[std::stoi(layer)] = hash.get<std::string>();
+      const auto doc = nlohmann::json::parse(as_string(store_->get(k)));
+      for (auto it = doc.begin(); it != doc.end(); ++it) {
+        sums[std::stoi(it.key())] = it.value().get<std::string>();
       }
       out.push_back(std::move(sums));
     }
@@ -161,7 +161,8 @@ class ProcessFleet final : public Fleet {
       for (int r = 0; r < world_size(); ++r) {
         if (auto status = children_[r].poll()) {
           // A clean exit before its last report is a failure too.
-          if (*status != 0 || std::find(missing.begin(), missing.end(), names[r]) != missing.end()) {
+          if (*status != 0 ||
+              std::find(missing.begin(), missing.end(), names[r]) != missing.end()) {
             fail(r, *status, what);
           }
         }
@@ -180,7 +181,8 @@ class ProcessFleet final : public Fleet {
   [[noreturn]] void fail(int rank, int status, const std::string& what) {
     std::string message = "no message";
     try {
-      if (store_->check({keys::error(g_, rank)})) message = as_string(store_->get(keys::error(g_, rank)));
+      if (store_->check({keys::error(g_, rank)}))
+        message = as_string(store_->get(keys::error(g_, rank)));
     } catch (...) {
     }
     stop_all();
@@ -246,8 +248,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
         "cluster.device = \"cpu\"",
         config.cluster.device));
   }
-  const int world =
-      options.devices > 0 ? options.devices : config.cluster.nodes * config.cluster.devices_per_node;
+  const int world = options.devices > 0 ? options.devices
+                                        : config.cluster.nodes * config.cluster.devices_per_node;
 
   RunSummary summary;
   if (world == 1) {
@@ -341,8 +343,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       info.config_toml = runtime::to_toml(config);
       info.extra = {{"generation", summary.layout.generation},
                     {"layout", runtime::to_json(summary.layout)}};
-      summary.checkpoint = runtime::merge_shards(runtime::checkpoint_dir(config.train.out_dir, step + 1),
-                                                 fleet->world_size(), info);
+      summary.checkpoint = runtime::merge_shards(
+          runtime::checkpoint_dir(config.train.out_dir, step + 1), fleet->world_size(), info);
     }
     if (options.on_step) options.on_step(s);
   }
@@ -367,8 +369,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     model::SampleOptions so;
     so.num_tokens = config.train.sample_tokens;
     so.seed = static_cast<uint64_t>(config.model.seed);
-    summary.sample = render_sample(model::sample_tokens(layers, model, {prompt}, so),
-                                   dataset.vocab_size());
+    summary.sample =
+        render_sample(model::sample_tokens(layers, model, {prompt}, so), dataset.vocab_size());
   }
   summary.total_s = std::chrono::duration<double>(Clock::now() - t_start).count();
   return summary;

@@ -46,17 +46,17 @@ struct RunSummary {
   double first_loss = 0.0;
   double final_loss = 0.0;
   double total_s = 0.0;
-  double tokens_per_s = 0.0;  // over the run, excluding start-up
-  std::vector<int64_t> peak_rss_kb;  // per rank
+  double tokens_per_s = 0.0;          // over the run, excluding start-up
+  std::vector<int64_t> peak_rss_kb;   // per rank
   std::vector<double> compute_share;  // per rank: compute_ms / step_ms, averaged
-  std::string checkpoint;  // sidecar path of the final checkpoint
-  std::string sample;      // generated text (bytes as text, or token ids for .bin data)
+  std::string checkpoint;             // sidecar path of the final checkpoint
+  std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
 };
 
 struct CoordinatorOptions {
-  int devices = 0;          // > 0 overrides cluster.nodes * cluster.devices_per_node
-  std::string executable;   // binary with the `worker` subcommand; empty = this one
+  int devices = 0;         // > 0 overrides cluster.nodes * cluster.devices_per_node
+  std::string executable;  // binary with the `worker` subcommand; empty = this one
   std::function<void(const runtime::RunLayout&, const std::vector<std::string>& notes)> on_plan;
   std::function<void(const StepSummary&)> on_step;
 };

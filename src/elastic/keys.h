@@ -2,17 +2,17 @@
 // generation publishes lives under "g{generation}/", so a new generation never reads stale keys.
 #pragma once
 
-#include <string>
-
 #include <fmt/format.h>
+
+#include <string>
 
 namespace bw::elastic::keys {
 
-inline std::string config(int g) { return fmt::format("g{}/config", g); }        // TOML
-inline std::string layout(int g) { return fmt::format("g{}/layout", g); }        // JSON
-inline std::string start(int g) { return fmt::format("g{}/start", g); }          // JSON
+inline std::string config(int g) { return fmt::format("g{}/config", g); }  // TOML
+inline std::string layout(int g) { return fmt::format("g{}/layout", g); }  // JSON
+inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JSON
 inline std::string metrics(int g, int step, int rank) {
-  return fmt::format("g{}/metrics/{}/{}", g, step, rank);                        // StepReport
+  return fmt::format("g{}/metrics/{}/{}", g, step, rank);  // StepReport
 }
 inline std::string error(int g, int rank) { return fmt::format("g{}/error/{}", g, rank); }
 inline std::string done(int g, int rank) { return fmt::format("g{}/done/{}", g, rank); }

@@ -1,10 +1,10 @@
 #include "elastic/planning.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <numeric>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -52,8 +52,8 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
   schedule::check_spec(spec);
   schedule::Schedule compute = schedule::generate(spec);
   if (compute.num_stages() != compute.num_chunks) {
-    throw ConfigError(fmt::format("schedule {} duplicates weights; the runtime cannot run it",
-                                  spec.kind));
+    throw ConfigError(
+        fmt::format("schedule {} duplicates weights; the runtime cannot run it", spec.kind));
   }
   runtime::PipelineLayout pl;
   pl.num_devices = spec.devices;
@@ -157,8 +157,8 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
     param_count += static_cast<double>(model::num_parameters(model, l));
     // A block keeps roughly 16 activations of [mbs, T, d] plus the attention matrix.
     const double btd = double(layout.microbatch_size) * model.seq_len * model.d_model;
-    const double att = double(layout.microbatch_size) * model.n_heads * model.seq_len *
-                       model.seq_len;
+    const double att =
+        double(layout.microbatch_size) * model.n_heads * model.seq_len * model.seq_len;
     switch (model::layer_kind(model, l)) {
       case model::LayerKind::kEmbedding:
         act_bytes_per_mb += 4 * btd;
@@ -167,8 +167,8 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
         act_bytes_per_mb += 4 * (16 * btd + 2 * att);
         break;
       case model::LayerKind::kHead:
-        act_bytes_per_mb += 4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len *
-                                               model.vocab_size);
+        act_bytes_per_mb +=
+            4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len * model.vocab_size);
         break;
     }
   }

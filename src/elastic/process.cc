@@ -65,8 +65,6 @@ int ChildProcess::wait_or_kill(std::chrono::milliseconds timeout) {
   return status_.value_or(255);
 }
 
-std::string self_executable() {
-  return std::filesystem::read_symlink("/proc/self/exe").string();
-}
+std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 }  // namespace bw::elastic

@@ -1,13 +1,13 @@
 #include "elastic/worker_main.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
-#include <string>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/error.h"
 #include "elastic/keys.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
@@ -48,10 +48,9 @@ void run_worker_process(const WorkerArgs& args) {
   try {
     const auto config = runtime::parse_run_config(get_string(*store, keys::config(g)),
                                                   "the coordinator's config", {});
-    store->setTimeout(
-        milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
-    const auto layout = runtime::layout_from_json(
-        nlohmann::json::parse(get_string(*store, keys::layout(g))));
+    store->setTimeout(milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
+    const auto layout =
+        runtime::layout_from_json(nlohmann::json::parse(get_string(*store, keys::layout(g))));
     const auto start = nlohmann::json::parse(get_string(*store, keys::start(g)));
     const int first_step = start.at("first_step");
     const std::string resume = start.at("resume");

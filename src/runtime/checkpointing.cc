@@ -1,8 +1,8 @@
 #include "runtime/checkpointing.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
+
+#include <filesystem>
 
 #include "core/error.h"
 

@@ -8,10 +8,10 @@
 // other.
 #pragma once
 
+#include <torch/types.h>
+
 #include <map>
 #include <string>
-
-#include <torch/types.h>
 
 #include "runtime/checkpoint.h"
 #include "runtime/config.h"

@@ -27,8 +27,8 @@
 
 #include "data/sampler.h"
 #include "model/gpt.h"
-#include "runtime/comm.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm.h"
 #include "runtime/config.h"
 #include "runtime/executor.h"
 #include "runtime/grad_sync.h"
@@ -36,7 +36,6 @@
 #include "runtime/optimizer.h"
 
 namespace bw::runtime {
-
 
 struct StepReport {
   int step = 0;
