@@ -66,6 +66,26 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
 
 }  // namespace
 
+void check_memory(const runtime::RunLayout& layout, const model::GptConfig& model,
+                  const runtime::RunConfig& config) {
+  if (config.cluster.memory_gb > 0) {
+    const double limit = config.cluster.memory_gb * 1e9;
+    for (int pi = 0; pi < static_cast<int>(layout.pipelines.size()); ++pi) {
+      for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
+        const double need = estimate_device_bytes(layout, model, pi, d);
+        if (need > limit) {
+          const int r = layout.pipelines[pi].first_rank + d;
+          throw ConfigError(fmt::format(
+              "device {} of pipeline {} (rank {}) holds layers {} and needs about {:.3f} GB, but "
+              "cluster.memory_gb is {}; raise cluster.memory_gb, add devices, or use a smaller "
+              "microbatch_size",
+              d, pi, r, layout.layers_of(r), need / 1e9, config.cluster.memory_gb));
+        }
+      }
+    }
+  }
+}
+
 LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig& model,
                        int world_size, int generation) {
   const auto& p = config.pipeline;
@@ -102,22 +122,7 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
     layout.pipelines.push_back(std::move(pl));
   }
   runtime::validate_layout(layout);
-  if (config.cluster.memory_gb > 0) {
-    const double limit = config.cluster.memory_gb * 1e9;
-    for (int pi = 0; pi < static_cast<int>(layout.pipelines.size()); ++pi) {
-      for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
-        const double need = estimate_device_bytes(layout, model, pi, d);
-        if (need > limit) {
-          const int r = layout.pipelines[pi].first_rank + d;
-          throw ConfigError(fmt::format(
-              "device {} of pipeline {} (rank {}) holds layers {} and needs about {:.3f} GB, but "
-              "cluster.memory_gb is {}; raise cluster.memory_gb, add devices, or use a smaller "
-              "microbatch_size",
-              d, pi, r, layout.layers_of(r), need / 1e9, config.cluster.memory_gb));
-        }
-      }
-    }
-  }
+  check_memory(layout, model, config);
   return out;
 }
 
@@ -145,6 +150,7 @@ runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
   }
   layout.pipelines.push_back(std::move(pl));
   runtime::validate_layout(layout);
+  check_memory(layout, model, config);
   return layout;
 }
 

@@ -38,6 +38,10 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
 runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
                                         const model::GptConfig& model, int generation);
 
+// ConfigError when a device's estimate exceeds cluster.memory_gb (> 0).
+void check_memory(const runtime::RunLayout& layout, const model::GptConfig& model,
+                  const runtime::RunConfig& config);
+
 // Estimated bytes device `device` of pipeline `pipeline` needs (see above).
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
                              int pipeline, int device);
