@@ -6,19 +6,25 @@
 //
 // Chunks: 0..P-1 are the down replica (chunk s = stage s on device s), P..2P-1 the up one (chunk
 // P+s = stage s on device P-1-s); Schedule::chunk_stage says so. Microbatch m goes down when
-// (m mod P) < P/2, else up: each basic unit of P microbatches sends half each way. P = 4, B = 4
-// (d: down, u: up; F one slot, B two):
+// (m mod P) < P/2, else up: each unit of P microbatches sends half each way. P = 4, B = 4
+// (`cFm`: F of chunk c, microbatch m; d0..d3 hold chunks {0,7} {1,6} {2,5} {3,4}):
 //
-//   dev 0 | 0d 1d 3u .. 2u 3u3u 2u2u 0d0d 1d1d ...
-//   (drawn exactly in docs/images/chimera.svg)
+//   dev 0 | 0F0 0F1 7F2 7F3 7B2 0B0 7B3 0B1      (order only; timing in docs/images/chimera.svg)
+//   dev 1 | 1F0 6F2 1F1 6F3 6B2 1B0 6B3 1B1
+//   dev 2 | 5F2 2F0 5F3 2F1 2B0 5B2 2B1 5B3
+//   dev 3 | 4F2 4F3 3F0 3F1 3B0 4B2 3B1 4B3
 //
-// Order. The per-device lists are the order a greedy list scheduler produces in unit time (F = 1,
-// B = 2 slots, the paper's assumption): whenever a device is free it runs a ready backward if it
-// has one (oldest microbatch first), else a ready forward (oldest first). A replica admits a new
-// microbatch only while fewer than P/2 of its microbatches are in flight, so each device holds at
-// most P/2 microbatches per replica: peak activation memory <= P*M_a, as 1F1B's device 0. For
-// B = P this gives the paper's basic unit; for B > P units follow each other without the flush in
-// between (the paper's "direct concatenation" leaves one).
+// Order. Each replica on its own is a 1F1B pipeline over its microbatches (stage s: F x, then
+// B x-(P-1-s)). The two per-chunk queues of a device are merged by a list scheduler in unit time
+// (F = 1 slot, B = 2, the paper's assumption): whenever the device is free it runs the head of
+// whichever queue is ready, a backward before a forward, older microbatches first. The merged
+// order is what the lists hold; it is valid for any costs.
+//
+// Memory: for B <= P each device holds at most P microbatch-stages (the paper's basic unit: P/2
+// per replica, stage-sized, so <= P*M_a as 1F1B's device 0). For B > P the two 1F1B pipelines
+// keep P-d and d+1 in flight on device d: (P+1)*M_a, one stage more than 1F1B's peak, for a
+// bubble below 1F1B's (docs/schedules.md). The paper's "direct concatenation" of basic units
+// would keep P*M_a but repeat the basic unit's bubble for every unit.
 #include <algorithm>
 #include <limits>
 
@@ -28,8 +34,8 @@
 namespace bw::schedule::detail {
 
 Schedule make_chimera(int devices, int microbatches) {
-  const int P = devices, B = microbatches, half = P / 2;
-  std::vector<int> placement(2 * P), stage(2 * P);
+  const int P = devices, B = microbatches, C = 2 * P;
+  std::vector<int> placement(C), stage(C);
   for (int st = 0; st < P; ++st) {
     placement[st] = st;
     placement[P + st] = P - 1 - st;
@@ -38,77 +44,58 @@ Schedule make_chimera(int devices, int microbatches) {
   Schedule s = empty_schedule("chimera", P, B, placement);
   s.chunk_stage = stage;
 
-  // Microbatches of each replica, in order.
+  // Microbatches of each replica, in order; queues hold indices into them.
   std::vector<int> route[2];
-  for (int m = 0; m < B; ++m) route[(m % P) < half ? 0 : 1].push_back(m);
+  for (int m = 0; m < B; ++m) route[(m % P) < P / 2 ? 0 : 1].push_back(m);
+  std::vector<std::vector<Action>> queue(C);
+  for (int c = 0; c < C; ++c) {
+    const int n = static_cast<int>(route[c / P].size()), lag = P - 1 - c % P;
+    for (int x = 0; x < n + lag; ++x) {
+      if (x < n) queue[c].push_back({ActionKind::F, c, x});
+      if (x >= lag) queue[c].push_back({ActionKind::B, c, x - lag});
+    }
+  }
 
   constexpr long long kNever = std::numeric_limits<long long>::max();
-  const int C = 2 * P;
-  // f_end[c][i], b_end[c][i]: slot at which chunk c finished its F / B of the i-th microbatch of
-  // its replica.
   std::vector<std::vector<long long>> f_end(C), b_end(C);
-  std::vector<int> next_f(C, 0), next_b(C, 0);
   for (int c = 0; c < C; ++c) {
-    const auto n = route[c / P].size();
-    f_end[c].assign(n, kNever);
-    b_end[c].assign(n, kNever);
+    f_end[c].assign(route[c / P].size(), kNever);
+    b_end[c].assign(route[c / P].size(), kNever);
   }
-  std::vector<std::vector<int>> held(P);
-  for (int c = 0; c < C; ++c) held[placement[c]].push_back(c);
+  std::vector<size_t> head(C, 0);
   std::vector<long long> busy_until(P, 0);
-  int in_flight[2] = {0, 0};
-  long long remaining = 2LL * B * P;
-  long long t = 0;
-  long long last_progress = 0;
+  auto ready = [&](int c, long long t) {
+    if (head[c] >= queue[c].size()) return false;
+    const Action& a = queue[c][head[c]];
+    const int st = c % P, i = a.microbatch;
+    if (a.kind == ActionKind::F) return st == 0 || f_end[c - 1][i] <= t;
+    return f_end[c][i] <= t && (st == P - 1 || b_end[c + 1][i] <= t);
+  };
+  auto before = [&](int a_chunk, int b_chunk) {  // should a_chunk's head go before b_chunk's?
+    const Action& a = queue[a_chunk][head[a_chunk]];
+    const Action& b = queue[b_chunk][head[b_chunk]];
+    if (a.kind != b.kind) return a.kind == ActionKind::B;
+    return route[a_chunk / P][a.microbatch] < route[b_chunk / P][b.microbatch];
+  };
+  long long remaining = 2LL * B * P, t = 0, last_progress = 0;
   while (remaining > 0) {
     for (int d = 0; d < P; ++d) {
       if (busy_until[d] > t) continue;
-      int best_c = -1;
-      bool best_backward = false;
-      int best_m = 0;
-      for (int c : held[d]) {
-        const int r = c / P;
-        const int st = c % P;
-        const auto n = static_cast<int>(route[r].size());
-        // Backward candidate.
-        if (int i = next_b[c]; i < n && f_end[c][i] <= t && (st == P - 1 || b_end[c + 1][i] <= t)) {
-          const int m = route[r][i];
-          if (!best_backward || m < best_m) {
-            best_c = c;
-            best_backward = true;
-            best_m = m;
-          }
-        }
-        if (best_backward) continue;
-        if (int i = next_f[c]; i < n) {
-          const bool input_ready = st == 0 ? in_flight[r] < half : f_end[c - 1][i] <= t;
-          const int m = route[r][i];
-          if (input_ready && (best_c < 0 || m < best_m)) {
-            best_c = c;
-            best_m = m;
-          }
-        }
-      }
-      if (best_c < 0) continue;
-      const int r = best_c / P;
-      if (best_backward) {
-        const int i = next_b[best_c]++;
-        b_end[best_c][i] = t + 2;
-        busy_until[d] = t + 2;
-        s.actions[d].push_back({ActionKind::B, best_c, route[r][i]});
-        if (best_c % P == 0) --in_flight[r];
-      } else {
-        const int i = next_f[best_c]++;
-        f_end[best_c][i] = t + 1;
-        busy_until[d] = t + 1;
-        s.actions[d].push_back({ActionKind::F, best_c, route[r][i]});
-        if (best_c % P == 0) ++in_flight[r];
-      }
+      int pick = -1;
+      for (int c : {d, C - 1 - d})
+        if (ready(c, t) && (pick < 0 || before(c, pick))) pick = c;
+      if (pick < 0) continue;
+      const Action a = queue[pick][head[pick]++];
+      const int slots = a.kind == ActionKind::F ? 1 : 2;
+      (a.kind == ActionKind::F ? f_end : b_end)[pick][a.microbatch] = t + slots;
+      busy_until[d] = t + slots;
+      s.actions[d].push_back({a.kind, pick, route[pick / P][a.microbatch]});
       --remaining;
       last_progress = t;
     }
     ++t;
-    BW_CHECK(t - last_progress < 16, "chimera: list scheduler stalled at slot {}", t);
+    BW_CHECK(t - last_progress <= 2 * P + 2, "chimera: merge stalled at slot {} (P {}, B {})", t, P,
+             B);
   }
   return s;
 }

@@ -1,0 +1,206 @@
+// `breakwater plan`: templates, the chosen plan and, with --fail, the reconfigured plan, as
+// tables for people or JSON (--json) for programs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "cli/registry.h"
+#include "plan/planner.h"
+#include "plan/reconfigure.h"
+
+namespace bw::cli {
+namespace {
+
+struct PlanArgs {
+  std::string profile;
+  std::string cluster;
+  int nodes = 0;
+  int devices_per_node = 0;
+  int fault_tolerance = 0;
+  int microbatches = 0;
+  double memory_gb = 0;
+  double inter_node_gbps = 0;
+  double intra_node_gbps = 0;
+  std::string fail;
+  int template_microbatches = 0;
+  int threads = 1;
+  std::string schedules = "1f1b,interleaved,hanayo-w1,hanayo-w2";
+  bool json = false;
+};
+
+std::vector<NodeId> parse_nodes(const std::string& text, int num_nodes) {
+  std::vector<NodeId> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    int v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw ConfigError(fmt::format("--fail: '{}' is not a node number (e.g. --fail 3,7)", item));
+    }
+    if (v < 0 || v >= num_nodes)
+      throw ConfigError(
+          fmt::format("--fail: node {} is outside the cluster's nodes 0..{}", v, num_nodes - 1));
+    out.emplace_back(v);
+  }
+  return out;
+}
+
+// "0-3,8" for a node list.
+std::string ranges(std::vector<NodeId> nodes) {
+  std::sort(nodes.begin(), nodes.end());
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j + 1 < nodes.size() && nodes[j + 1].value() == nodes[j].value() + 1) ++j;
+    parts.push_back(j == i ? fmt::format("{}", nodes[i])
+                           : fmt::format("{}-{}", nodes[i], nodes[j]));
+    i = j + 1;
+  }
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+// Run-length form of a per-stage list: "3x2,1x4" = three stages of 2 then one of 4.
+std::string runs(const std::vector<int>& v) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j < v.size() && v[j] == v[i]) ++j;
+    parts.push_back(j - i == 1 ? fmt::format("{}", v[i]) : fmt::format("{}x{}", j - i, v[i]));
+    i = j;
+  }
+  std::string out = fmt::format("{}", fmt::join(parts, ","));
+  return out.size() <= 26 ? out : out.substr(0, 23) + "...";
+}
+
+void print_templates(const plan::TemplateSet& set) {
+  fmt::print(
+      "Templates (time and memory at the m microbatches each was optimised for; "
+      "\"3x2\" = three stages of 2)\n");
+  fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12} {:>9}\n", "nodes", "stages",
+             "layers/stage", "devices/stage", "schedule", "m", "time ms", "mem GB");
+  for (const auto& t : set.templates) {
+    std::vector<int> layers, devices;
+    for (const auto& s : t.stages) {
+      layers.push_back(s.num_layers);
+      devices.push_back(s.num_devices);
+    }
+    fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
+               t.num_stages(), runs(layers), runs(devices), t.schedule, t.microbatches,
+               t.iteration_ms(t.microbatches), t.peak_memory_bytes / 1e9);
+  }
+}
+
+void print_plan(const plan::Plan& p, const std::string& title) {
+  fmt::print("\n{} (generation {}): {} pipelines on {} nodes, {} microbatches of {}\n", title,
+             p.generation, p.pipelines.size(), p.num_nodes(), p.global_microbatches,
+             p.microbatch_size);
+  fmt::print("{:>8} {:>5} {:<24} {:<11} {:>12} {:>12}\n", "pipeline", "nodes", "node ids",
+             "schedule", "microbatches", "time ms");
+  for (size_t i = 0; i < p.pipelines.size(); ++i) {
+    const auto& pl = p.pipelines[i];
+    fmt::print("{:>8} {:>5} {:<24} {:<11} {:>12} {:>12.2f}\n", i, pl.nodes.size(), ranges(pl.nodes),
+               pl.tmpl.schedule, pl.microbatches, pl.iteration_ms);
+  }
+  fmt::print(
+      "step {:.2f} ms = slowest pipeline {:.2f} ms + gradient all-reduce {:.2f} ms; "
+      "throughput {:.2f} samples/s\n",
+      p.step_ms, p.pipeline_ms, p.allreduce_ms, p.samples_per_s);
+}
+
+void run(const PlanArgs& a) {
+  plan::Profile profile = plan::load_profile(a.profile);
+  plan::Cluster cluster;
+  if (!a.cluster.empty()) cluster = plan::load_cluster(a.cluster);
+  if (a.nodes > 0) cluster.num_nodes = a.nodes;
+  if (a.devices_per_node > 0) cluster.devices_per_node = a.devices_per_node;
+  if (a.memory_gb > 0) cluster.device_memory_gb = a.memory_gb;
+  if (a.inter_node_gbps > 0) cluster.inter_node_gbps = a.inter_node_gbps;
+  if (a.intra_node_gbps > 0) cluster.intra_node_gbps = a.intra_node_gbps;
+  if (a.cluster.empty() && a.nodes <= 0)
+    throw ConfigError("give the cluster: --nodes N (and --devices-per-node), or --cluster C.json");
+  plan::validate(cluster);
+  plan::PlannerOptions opt;
+  if (a.template_microbatches > 0) opt.template_microbatches = a.template_microbatches;
+  opt.threads = a.threads;
+  if (a.schedules != "closed-form") {
+    std::stringstream ss(a.schedules);
+    std::string kind;
+    while (std::getline(ss, kind, ','))
+      if (!kind.empty()) opt.schedule_kinds.push_back(kind);
+  }
+  plan::PlanResult r = plan::make_plan(profile, cluster, a.fault_tolerance, a.microbatches, opt);
+  std::optional<plan::Reconfiguration> re;
+  if (!a.fail.empty()) {
+    re = plan::reconfigure(r.plan, r.templates, parse_nodes(a.fail, cluster.num_nodes), cluster);
+  }
+  if (a.json) {
+    json::Json doc;
+    doc["profile"] = profile.model;
+    doc["cluster"] = plan::to_json(cluster);
+    doc["templates"] = json::Json::array();
+    for (const auto& t : r.templates.templates) doc["templates"].push_back(plan::to_json(t));
+    doc["plan"] = plan::to_json(r.plan);
+    if (re) {
+      doc["reconfigured"] = plan::to_json(re->plan);
+      doc["layer_copies"] = json::Json::array();
+      for (const auto& c : re->copies)
+        doc["layer_copies"].push_back({{"layer", c.layer.value()},
+                                       {"to", {c.to.node.value(), c.to.device}},
+                                       {"from", {c.from.node.value(), c.from.device}}});
+    }
+    fmt::print("{}\n", doc.dump(2));
+    return;
+  }
+  fmt::print("Profile '{}' ({} layers, microbatch size {}) on {} nodes x {} devices of {} GB\n\n",
+             profile.model, profile.num_layers(), profile.microbatch_size, cluster.num_nodes,
+             cluster.devices_per_node, cluster.device_memory_gb);
+  print_templates(r.templates);
+  print_plan(r.plan, "Plan");
+  if (re) {
+    print_plan(re->plan, fmt::format("After failure of nodes {}", a.fail));
+    double bytes = 0;
+    for (const auto& c : re->copies) bytes += profile.layers[c.layer.value()].param_bytes;
+    fmt::print("layer copies: {} (parameters {:.2f} GB, plus optimizer state)\n", re->copies.size(),
+               bytes / 1e9);
+  }
+}
+
+void add(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "plan", "Pipeline templates and a fault-tolerant plan for a profile on a cluster");
+  sub->add_option("--profile", args->profile, "layer profile JSON (docs/profiles.md)")->required();
+  sub->add_option("--cluster", args->cluster, "cluster JSON; flags below override it");
+  sub->add_option("--nodes", args->nodes, "number of nodes N");
+  sub->add_option("--devices-per-node", args->devices_per_node, "devices per node g");
+  sub->add_option("--fault-tolerance", args->fault_tolerance,
+                  "f: node failures to survive (>= f + 1 pipelines)");
+  sub->add_option("--microbatches", args->microbatches, "microbatches B in the global batch")
+      ->required();
+  sub->add_option("--memory-gb", args->memory_gb, "memory per device in GB (default 80)");
+  sub->add_option("--inter-node-gbps", args->inter_node_gbps, "network per node, Gbit/s");
+  sub->add_option("--intra-node-gbps", args->intra_node_gbps, "link inside a node, Gbit/s");
+  sub->add_option("--fail", args->fail, "comma-separated failed nodes, e.g. 3,7");
+  sub->add_option("--template-microbatches", args->template_microbatches,
+                  "microbatches per pipeline the templates optimise for (default: automatic)");
+  sub->add_option("--threads", args->threads, "threads for the template search");
+  sub->add_option("--schedules", args->schedules,
+                  "schedule kinds a template may use, chosen per node count by the simulator "
+                  "(1f1b, interleaved, hanayo-w1, hanayo-w2), or closed-form for the closed-form "
+                  "1F1B model only")
+      ->capture_default_str();
+  sub->add_flag("--json", args->json, "print JSON instead of tables");
+  sub->callback([args] { run(*args); });
+}
+
+Registrar registrar("plan", 10, add);
+
+}  // namespace
+}  // namespace bw::cli

@@ -1,0 +1,52 @@
+// Instantiation and batch distribution (Oobleck, SOSP'23, section 4.2), solved exactly.
+//
+// Batch split: pipeline p takes m_p >= 1 microbatches at time a_p + b_p * m_p (b_p >= 0);
+// minimise the slowest. Greedy on marginal time with a heap is exact for such monotone costs
+// (exchange argument, docs/planning.md).
+//
+// Instantiation: choose x_n pipelines of template n with sum n * x_n = N nodes exactly and
+// sum x_n >= f + 1, minimising the slowest pipeline after the best split. For a target time tau
+// a template-n pipeline can take cap_n(tau) = floor((tau - a_n) / b_n) microbatches (needs >= 1);
+// tau is feasible iff an unbounded knapsack over node counts (state: nodes used, pipelines so
+// far capped at f + 1) reaches capacity >= B with at most B pipelines. Feasibility is monotone in
+// tau and the optimum is one of the values a_n + b_n * k, so a search over those values is exact.
+// O(N * |templates| * (f + 2)) per probe, no enumeration of partitions.
+#pragma once
+
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace bw::plan {
+
+struct LinearTime {
+  double fixed_ms = 0;
+  double per_microbatch_ms = 0;
+  double at(int m) const { return fixed_ms + per_microbatch_ms * m; }
+};
+
+// Splits `microbatches` among pipelines (each >= 1) minimising max_p time_p(m_p). Throws
+// ConfigError when microbatches < number of pipelines. Deterministic: ties go to the lower index.
+std::vector<int> split_batch(const std::vector<LinearTime>& times, int microbatches);
+
+// Re-splits a plan's global batch over its pipelines and refreshes its predictions.
+void resplit(Plan& plan, const Cluster& cluster);
+
+// Covers `nodes` (all of them) with >= f + 1 pipelines from `templates` and splits
+// `microbatches` among them. Throws ConfigError with the numbers and the fix when impossible.
+Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
+                 int fault_tolerance, int microbatches, const Cluster& cluster);
+// Nodes 0 .. num_nodes - 1.
+Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_tolerance, int microbatches,
+                 const Cluster& cluster);
+
+// Pipeline counts per template node count chosen by instantiate's optimisation (exposed for
+// tests): returns (node count, pipelines) pairs, ascending by node count, and the min-max time.
+struct Composition {
+  std::vector<std::pair<int, int>> counts;
+  double pipeline_ms = 0;
+};
+Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
+                               int microbatches);
+
+}  // namespace bw::plan

@@ -1,0 +1,34 @@
+// One call from a profile and a cluster to templates and a plan: what `breakwater plan`, the
+// coordinator and the forecast use.
+//
+// Templates are optimised for a microbatch count m per pipeline, which depends on how many
+// pipelines the plan will have. Unless m is given, the planner runs twice: with
+// m = ceil(B / (f + 1)), then with m = ceil(B / P) for the P pipelines the first plan chose, and
+// keeps the plan with the lower predicted step time (ties: the first).
+#pragma once
+
+#include <optional>
+
+#include "plan/instantiate.h"
+
+namespace bw::plan {
+
+struct PlannerOptions {
+  std::optional<int> template_microbatches;  // m; default as above
+  double state_bytes_per_param_byte = 4;
+  int threads = 1;
+  std::vector<std::string> schedule_kinds;  // extra kinds for schedule-aware templates
+  ScheduleEvaluator evaluator;
+};
+
+struct PlanResult {
+  TemplateSet templates;  // for node counts 1 .. cluster.num_nodes that fit
+  Plan plan;
+};
+
+// Throws ConfigError with the numbers and the fix when the model does not fit on the cluster,
+// the fault tolerance is too high for it, or there are too few microbatches.
+PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_tolerance,
+                     int microbatches, const PlannerOptions& options = {});
+
+}  // namespace bw::plan

@@ -1,0 +1,34 @@
+// Schedule-aware templates: predicts a template's iteration time and peak memory under a
+// schedule kind with the timeline simulator (bw::sim), for TemplateOptions::evaluator.
+//
+// The template's stages become the schedule's devices (a stage's d data-parallel devices act as
+// one, each running 1/d of every microbatch, so per-layer times and activations are divided by d
+// and parameters are not). Kinds:
+//   "1f1b"        the template's own partition, one stage per device;
+//   "interleaved" Megatron interleaved 1F1B, v = 2 chunks per device;
+//   "hanayo-w1", "hanayo-w2"  Hanayo waves with W = 1, 2 (Hanayo, SC'23).
+// The last three re-partition the layers evenly over their chunks (sim::balanced_partition) and
+// need every stage of the template to have the same device count (else nullopt). Links: the
+// inter-node link when the template spans nodes, the intra-node link otherwise.
+//
+// The estimate is linear in the microbatch count, fitted through simulations at m and 2m
+// (m = the template's microbatches); peak memory is the larger of the two.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/templates.h"
+
+namespace bw::plan {
+
+// "1f1b", "interleaved", "hanayo-w1", "hanayo-w2".
+std::vector<std::string> simulated_schedule_kinds();
+
+// The evaluator for TemplateOptions. Unknown kinds are a ConfigError listing the known ones;
+// kinds that cannot run a template (too few layers or microbatches, mixed device counts) give
+// nullopt.
+ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
+                                      double state_bytes_per_param_byte = 4);
+
+}  // namespace bw::plan

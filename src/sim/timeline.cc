@@ -1,0 +1,351 @@
+#include "sim/timeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "schedule/validate.h"
+
+namespace bw::sim {
+
+namespace {
+
+using schedule::Action;
+using schedule::ActionKind;
+
+constexpr double kUnknown = -1.0;  // every real time is >= 0
+
+// What a blocked device can wait for: a forward input, an output gradient, an I (for its W).
+enum Event { kFwdIn = 0, kGradIn = 1, kIEnd = 2 };
+
+class Simulator {
+ public:
+  Simulator(const schedule::Schedule& s, const CostModel& cm, const SimOptions& o)
+      : s_(s), cm_(cm), opt_(o), P_(s.num_devices), C_(s.num_chunks), M_(s.num_microbatches) {}
+
+  SimResult run() {
+    check_inputs();
+    lowered_ = s_.is_lowered();
+    const size_t n = static_cast<size_t>(C_) * M_;
+    for (auto& v : event_) v.assign(n, kUnknown);
+    for (auto& v : waiter_) v.assign(n, -1);
+    if (lowered_) {
+      recv_post_[0].assign(n, kUnknown);
+      recv_post_[1].assign(n, kUnknown);
+      if (opt_.timeline) {
+        recv_at_[0].assign(n, -1);
+        recv_at_[1].assign(n, -1);
+      }
+    }
+    pos_.assign(P_, 0);
+    clock_.assign(P_, 0);
+    mem_.assign(P_, 0);
+    out_.busy_ms.assign(P_, 0);
+    out_.peak_activation_bytes.assign(P_, 0);
+    if (opt_.timeline) {
+      out_.timing.resize(P_);
+      for (int d = 0; d < P_; ++d) out_.timing[d].resize(s_.actions[d].size());
+      out_.activation.resize(P_);
+    }
+    if (P_ <= 1024) link_index_.assign(static_cast<size_t>(P_) * P_, -1);
+
+    for (int d = P_ - 1; d >= 0; --d) ready_.push_back(d);
+    while (!ready_.empty()) {
+      const int d = ready_.back();
+      ready_.pop_back();
+      advance(d);
+    }
+    for (int d = 0; d < P_; ++d)
+      if (pos_[d] < static_cast<int>(s_.actions[d].size())) stalled();
+    summarize();
+    return std::move(out_);
+  }
+
+ private:
+  size_t at(int c, int m) const { return static_cast<size_t>(c) * M_ + m; }
+  int dev(int c) const { return s_.chunk_device[c]; }
+
+  void check_inputs() const {
+    if (static_cast<int>(cm_.chunks.size()) != C_)
+      throw ConfigError(fmt::format("cost model has {} chunks, schedule '{}' has {}",
+                                    cm_.chunks.size(), s_.kind, C_));
+    if (static_cast<int>(s_.actions.size()) != P_ || static_cast<int>(s_.chunk_device.size()) != C_)
+      throw ConfigError(fmt::format("schedule '{}' is malformed; validate() it first", s_.kind));
+    for (int d = 0; d < P_; ++d)
+      for (const Action& a : s_.actions[d])
+        if (a.chunk < 0 || a.chunk >= C_ || a.microbatch < 0 || a.microbatch >= M_ ||
+            dev(a.chunk) != d)
+          throw ConfigError(
+              fmt::format("schedule '{}': {} on device {} is out of place; "
+                          "validate() it first",
+                          s_.kind, schedule::to_string(a), d));
+  }
+
+  // Sets an event time and wakes the device waiting for it.
+  void fire(Event e, int c, int m, double t) {
+    const size_t i = at(c, m);
+    event_[e][i] = t;
+    if (int w = waiter_[e][i]; w >= 0) {
+      waiter_[e][i] = -1;
+      ready_.push_back(w);
+    }
+    if (e != kIEnd && opt_.timeline && lowered_) {
+      if (int k = recv_at_[e][i]; k >= 0) out_.timing[dev(c)][k].end_ms = t;
+    }
+  }
+
+  int link_of(int src, int dst) {
+    int* slot = nullptr;
+    if (!link_index_.empty()) {
+      slot = &link_index_[static_cast<size_t>(src) * P_ + dst];
+    } else {
+      slot = &link_map_.try_emplace(static_cast<long long>(src) * P_ + dst, -1).first->second;
+    }
+    if (*slot < 0) {
+      *slot = static_cast<int>(links_.size());
+      links_.push_back(Link{src, dst, &cm_.link_between(src, dst)});
+    }
+    return *slot;
+  }
+
+  // A tensor leaves `src` at `t` for the chunk `consumer` on `dst` (event kFwdIn or kGradIn).
+  void send(int src, int dst, Event e, int consumer, int m, double t, double bytes,
+            const Action& what, int send_index) {
+    const int l = link_of(src, dst);
+    links_[l].queue.push_back({consumer, m, e, t, bytes, what, send_index});
+    drain(l);
+  }
+
+  // Starts the transfers at the head of link l whose receives are posted, in FIFO order.
+  void drain(int l) {
+    Link& link = links_[l];
+    while (link.head < link.queue.size()) {
+      const Pending& p = link.queue[link.head];
+      const double posted = lowered_ ? recv_post_[p.event][at(p.consumer, p.m)] : 0.0;
+      if (posted == kUnknown) return;
+      const double start = std::max({p.send_ms, posted, link.free_ms});
+      const double busy = link.model->busy_ms(p.bytes);
+      link.free_ms = start + busy;
+      const double arrive = start + busy + link.model->latency_ms;
+      link.bytes += p.bytes;
+      link.messages += 1;
+      if (opt_.timeline) {
+        out_.transfers.push_back({link.src, link.dst, p.what, p.bytes, start, arrive});
+        if (p.send_index >= 0) out_.timing[link.src][p.send_index].end_ms = arrive;
+      }
+      ++link.head;
+      fire(p.event, p.consumer, p.m, arrive);
+    }
+  }
+
+  void record(int d, int k, double start, double end) {
+    if (opt_.timeline) out_.timing[d][k] = {start, end};
+  }
+
+  void compute(int d, int k, double ready, double duration, double* end_out) {
+    const double start = std::max(clock_[d], ready);
+    const double end = start + duration;
+    clock_[d] = end;
+    out_.busy_ms[d] += duration;
+    record(d, k, start, end);
+    *end_out = end;
+  }
+
+  // Activation memory of device d changes by `bytes` at time t.
+  void hold(int d, double bytes, double t) {
+    mem_[d] += bytes;
+    out_.peak_activation_bytes[d] = std::max(out_.peak_activation_bytes[d], mem_[d]);
+    if (opt_.timeline) out_.activation[d].push_back({t, mem_[d]});
+  }
+
+  // Runs device d until it finishes or blocks on an event.
+  void advance(int d) {
+    const auto& list = s_.actions[d];
+    const int n = static_cast<int>(list.size());
+    while (pos_[d] < n) {
+      const int k = pos_[d];
+      const Action& a = list[k];
+      const int c = a.chunk, m = a.microbatch;
+      const size_t i = at(c, m);
+      const ChunkCost& cost = cm_.chunks[c];
+      switch (a.kind) {
+        case ActionKind::F: {
+          const int p = s_.prev_chunk(c);
+          double ready = 0;
+          if (p >= 0) {
+            ready = event_[kFwdIn][i];
+            if (ready == kUnknown) return wait(kFwdIn, i, d);
+          }
+          double end;
+          compute(d, k, ready, cost.forward_ms, &end);
+          hold(d, cost.activation_bytes, end - cost.forward_ms);
+          if (const int nx = s_.next_chunk(c); nx >= 0) {
+            if (dev(nx) == d)
+              fire(kFwdIn, nx, m, end);
+            else if (!lowered_)
+              send(d, dev(nx), kFwdIn, nx, m, end, cost.output_bytes, {ActionKind::SEND_F, c, m},
+                   -1);
+          }
+          break;
+        }
+        case ActionKind::B:
+        case ActionKind::I: {
+          const int nx = s_.next_chunk(c);
+          double ready = 0;
+          if (nx >= 0) {
+            ready = event_[kGradIn][i];
+            if (ready == kUnknown) return wait(kGradIn, i, d);
+          }
+          const bool full = a.kind == ActionKind::B;
+          double end;
+          compute(d, k, ready, full ? cost.backward_ms : cost.backward_input_ms, &end);
+          if (full)
+            hold(d, -cost.activation_bytes, end);
+          else
+            fire(kIEnd, c, m, end);
+          if (const int p = s_.prev_chunk(c); p >= 0) {
+            if (dev(p) == d)
+              fire(kGradIn, p, m, end);
+            else if (!lowered_)
+              send(d, dev(p), kGradIn, p, m, end, cm_.chunks[p].output_bytes,
+                   {ActionKind::SEND_B, c, m}, -1);
+          }
+          break;
+        }
+        case ActionKind::W: {
+          const double ready = event_[kIEnd][i];
+          if (ready == kUnknown) return wait(kIEnd, i, d);
+          double end;
+          compute(d, k, ready, cost.backward_weight_ms, &end);
+          hold(d, -cost.activation_bytes, end);
+          break;
+        }
+        case ActionKind::SEND_F: {
+          record(d, k, clock_[d], clock_[d]);
+          const int nx = s_.next_chunk(c);
+          if (nx >= 0) send(d, dev(nx), kFwdIn, nx, m, clock_[d], cost.output_bytes, a, k);
+          break;
+        }
+        case ActionKind::SEND_B: {
+          record(d, k, clock_[d], clock_[d]);
+          const int p = s_.prev_chunk(c);
+          if (p >= 0) send(d, dev(p), kGradIn, p, m, clock_[d], cm_.chunks[p].output_bytes, a, k);
+          break;
+        }
+        case ActionKind::RECV_F:
+        case ActionKind::RECV_B: {
+          const bool grad = a.kind == ActionKind::RECV_B;
+          const Event e = grad ? kGradIn : kFwdIn;
+          record(d, k, clock_[d], std::max(clock_[d], event_[e][i]));
+          recv_post_[e][i] = clock_[d];
+          if (opt_.timeline) recv_at_[e][i] = k;
+          const int peer = grad ? s_.next_chunk(c) : s_.prev_chunk(c);
+          if (peer >= 0) drain(link_of(dev(peer), d));
+          break;
+        }
+      }
+      ++pos_[d];
+    }
+  }
+
+  void wait(Event e, size_t i, int d) { waiter_[e][i] = d; }
+
+  [[noreturn]] void stalled() const {
+    std::string why;
+    for (int d = 0; d < P_; ++d) {
+      if (pos_[d] >= static_cast<int>(s_.actions[d].size())) continue;
+      if (!why.empty()) why += "; ";
+      why += fmt::format("device {} at {}", d, schedule::to_string(s_.actions[d][pos_[d]]));
+      if (why.size() > 400) {
+        why += "; ...";
+        break;
+      }
+    }
+    throw schedule::ScheduleError(
+        fmt::format("simulating schedule '{}' stalled (a deadlock; validate() shows the grid): {}",
+                    s_.kind, why),
+        "");
+  }
+
+  void summarize() {
+    double makespan = 0;
+    for (int d = 0; d < P_; ++d) makespan = std::max(makespan, clock_[d]);
+    out_.makespan_ms = makespan;
+    out_.bubble_ratio.assign(P_, 0);
+    double busy = 0;
+    for (int d = 0; d < P_; ++d) {
+      busy += out_.busy_ms[d];
+      out_.bubble_ratio[d] = makespan > 0 ? 1 - out_.busy_ms[d] / makespan : 0;
+    }
+    out_.overall_bubble_ratio = makespan > 0 ? 1 - busy / (P_ * makespan) : 0;
+    double activation = 0;
+    out_.param_bytes.assign(P_, 0);
+    for (int c = 0; c < C_; ++c) {
+      activation += cm_.chunks[c].activation_bytes;
+      out_.param_bytes[dev(c)] += cm_.chunks[c].param_bytes;
+    }
+    const int stages = std::max(1, s_.num_stages());
+    const double replicas = static_cast<double>(C_) / stages;
+    out_.activation_unit_bytes = activation / replicas / P_;
+    out_.peak_activation_units.assign(P_, 0);
+    for (int d = 0; d < P_; ++d)
+      out_.peak_activation_units[d] =
+          out_.activation_unit_bytes > 0
+              ? out_.peak_activation_bytes[d] / out_.activation_unit_bytes
+              : 0;
+    for (const Link& l : links_) {
+      out_.links.push_back({l.src, l.dst, l.bytes, l.messages});
+      out_.bytes_sent += l.bytes;
+    }
+    std::sort(out_.links.begin(), out_.links.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.src_device, a.dst_device) < std::pair(b.src_device, b.dst_device);
+    });
+  }
+
+  struct Pending {
+    int consumer;
+    int m;
+    Event event;
+    double send_ms;
+    double bytes;
+    Action what;
+    int send_index;  // position of the SEND in the sender's list, -1 when implicit
+  };
+  struct Link {
+    int src;
+    int dst;
+    const LinkModel* model;
+    std::vector<Pending> queue;
+    size_t head = 0;
+    double free_ms = 0;
+    double bytes = 0;
+    int messages = 0;
+  };
+
+  const schedule::Schedule& s_;
+  const CostModel& cm_;
+  SimOptions opt_;
+  int P_, C_, M_;
+  bool lowered_ = false;
+  std::vector<double> event_[3];
+  std::vector<int> waiter_[3];
+  std::vector<double> recv_post_[2];  // by Event kFwdIn / kGradIn: when the RECV was posted
+  std::vector<int> recv_at_[2];       // position of that RECV in its list (timeline only)
+  std::vector<int> pos_;
+  std::vector<double> clock_;
+  std::vector<double> mem_;
+  std::vector<int> ready_;
+  std::vector<Link> links_;
+  std::vector<int> link_index_;
+  std::unordered_map<long long, int> link_map_;
+  SimResult out_;
+};
+
+}  // namespace
+
+SimResult simulate(const schedule::Schedule& s, const CostModel& costs, const SimOptions& options) {
+  return Simulator(s, costs, options).run();
+}
+
+}  // namespace bw::sim

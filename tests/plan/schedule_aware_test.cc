@@ -1,0 +1,97 @@
+// Schedule-aware templates: the kind chosen per node count is the simulator's fastest that fits,
+// and the evaluator's 1F1B prediction is the simulator's on the template's own partition.
+#include "plan/schedule_aware.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/predict.h"
+#include "test_util.h"
+
+namespace bw::plan {
+namespace {
+
+TEST(ScheduleAware, ChosenKindIsFastestFeasible) {
+  int templates = 0, non_1f1b = 0, some_rejected = 0;
+  for (double mem : {100.0, 4.0, 2.5})
+    for (int g : {1, 2}) {
+      Profile p = random_profile(16, 31 + g);
+      Cluster cl = small_cluster(6, g, mem);
+      TemplateOptions opt;
+      opt.cost.microbatches = 8;
+      opt.schedule_kinds = simulated_schedule_kinds();
+      opt.evaluator = simulator_evaluator(p, cl);
+      TemplateSet set = generate_templates(p, cl, opt);
+      for (const auto& t : set.templates) {
+        ++templates;
+        non_1f1b += t.schedule != "1f1b";
+        // Recompute every kind on the same stages (as the closed-form template was built).
+        Template base = t;
+        base.schedule = "1f1b";
+        double best = std::numeric_limits<double>::infinity();
+        std::string best_kind;
+        for (const auto& kind : simulated_schedule_kinds()) {
+          auto e = opt.evaluator(base, kind);
+          if (!e || e->peak_memory_bytes > cl.device_memory_bytes()) {
+            ++some_rejected;
+            continue;
+          }
+          double ms = e->fixed_ms + e->per_microbatch_ms * t.microbatches;
+          if (ms < best) best = ms, best_kind = kind;
+        }
+        EXPECT_EQ(t.schedule, best_kind) << t.num_nodes << " nodes, " << mem << " GB, g=" << g;
+        EXPECT_NEAR(t.iteration_ms(t.microbatches), best, 1e-9 * best);
+        EXPECT_LE(t.peak_memory_bytes, cl.device_memory_bytes());
+      }
+    }
+  EXPECT_GT(templates, 10);
+  EXPECT_GT(non_1f1b, 0);       // other kinds do win somewhere
+  EXPECT_GT(some_rejected, 0);  // and some kinds are infeasible somewhere
+}
+
+TEST(ScheduleAware, OneFOneBIsTheSimulatorOnTheTemplatePartition) {
+  Profile p = random_profile(10, 8);
+  Cluster cl = small_cluster(3, 2, 100);
+  TemplateOptions opt;
+  opt.cost.microbatches = 6;
+  TemplateSet set = generate_templates(p, cl, opt);
+  auto eval = simulator_evaluator(p, cl);
+  for (const auto& t : set.templates) {
+    // Direct simulation at m and 2m with the template's stages (each stage's devices as one).
+    std::vector<sim::LayerCost> layers;
+    std::vector<int> begin;
+    for (const auto& s : t.stages) {
+      begin.push_back(s.first_layer);
+      for (int l = s.first_layer; l < s.end_layer(); ++l) {
+        sim::LayerCost c;
+        c.forward_ms = p.layers[l].forward_ms / s.num_devices;
+        c.backward_ms = p.layers[l].backward_ms / s.num_devices;
+        c.activation_bytes = p.layers[l].activation_bytes / s.num_devices;
+        c.output_bytes = p.layers[l].output_bytes;
+        c.param_bytes = p.layers[l].param_bytes;
+        layers.push_back(c);
+      }
+    }
+    begin.push_back(p.num_layers());
+    sim::LinkModel link{cl.latency_us * 1e-3,
+                        t.num_nodes > 1 ? cl.inter_node_gbps : cl.intra_node_gbps};
+    schedule::ScheduleSpec spec{.kind = "1f1b", .devices = t.num_stages(), .microbatches = 6};
+    double t6 = sim::predict(spec, sim::layer_costs(layers, begin, {}, link)).iteration_ms;
+    spec.microbatches = 12;
+    double t12 = sim::predict(spec, sim::layer_costs(layers, begin, {}, link)).iteration_ms;
+    auto e = eval(t, "1f1b");
+    ASSERT_TRUE(e.has_value()) << t.num_nodes << " nodes";
+    EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 6, t6, 1e-9 * t6);
+    EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 12, t12, 1e-9 * t12);
+  }
+}
+
+TEST(ScheduleAware, UnknownKindIsConfigError) {
+  Profile p = random_profile(4, 1);
+  Cluster cl = small_cluster(2, 1, 100);
+  TemplateOptions opt;
+  TemplateSet set = generate_templates(p, cl, opt);
+  EXPECT_THROW(simulator_evaluator(p, cl)(set.templates.front(), "gpipe-ish"), ConfigError);
+}
+
+}  // namespace
+}  // namespace bw::plan
