@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numbers>
 #include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "core/check.h"
@@ -20,7 +21,9 @@ template <class StateMap>
 auto state_key(const torch::Tensor& p) {
   using Key = typename std::decay_t<StateMap>::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    std::ostringstream os;  // what c10::guts::to_string does in 1.x, which 2.x no longer has
+    os << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return os.str();
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }

@@ -1,0 +1,96 @@
+// `breakwater profile measure --model small [--microbatch-size N] [--seq-len T] [--repeats K]
+// [--out P.json]`: times each GPT layer's forward and backward on this machine, measures its
+// memory, prints a table and writes the profile JSON that `breakwater plan` reads
+// (model/profiler.h). Registered after the pure `profile` command (profile_cmd.cc, order 10) and
+// added under it; creates `profile` itself when that command is not built.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/registry.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "model/profiler.h"
+
+#if __has_include("plan/profile.h")
+#include "plan/profile.h"
+#define BW_HAVE_PLAN_PROFILE 1
+#endif
+
+namespace bw::cli {
+namespace {
+
+struct MeasureArgs {
+  model::ProfileOptions options;
+  std::string out = "profile.json";
+  bool json = false;
+};
+
+void run_measure(const MeasureArgs& args) {
+  model::MeasuredProfile p = model::measure_profile(args.options);
+  json::Json doc = model::to_profile_json(p);
+  json::write_file(args.out, doc);
+#ifdef BW_HAVE_PLAN_PROFILE
+  plan::load_profile(args.out);  // the planner must read what we wrote
+#endif
+  if (args.json) {
+    fmt::print("{}\n", doc.dump(2));
+    return;
+  }
+  fmt::print("profile of {} (microbatch {}, seq_len {}) on {}, median of {} runs\n", p.model,
+             p.microbatch_size, p.seq_len, p.device, args.options.repeats);
+  fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>11} {:>11}\n", "layer", "fwd ms", "bwd ms",
+             "bwd-I ms", "bwd-W ms", "act KiB", "out KiB", "param KiB");
+  double f = 0, b = 0;
+  for (const auto& l : p.layers) {
+    fmt::print("{:<10} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f} {:>11.1f} {:>11.1f}\n", l.name,
+               l.forward_ms, l.backward_ms, l.backward_input_ms, l.backward_weight_ms,
+               l.activation_bytes / 1024.0, l.output_bytes / 1024.0, l.param_bytes / 1024.0);
+    f += l.forward_ms;
+    b += l.backward_ms;
+  }
+  fmt::print("{:<10} {:>9.3f} {:>9.3f}\n", "total", f, b);
+  fmt::print("activation bytes: {}\n", p.activation_measured
+                                           ? "measured from the allocator"
+                                           : "analytic formula (no allocator statistics)");
+  fmt::print("wrote {}\n", args.out);
+  std::fflush(stdout);
+}
+
+void add_measure(CLI::App& app) {
+  CLI::App* profile = nullptr;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == "profile") profile = sub;
+  }
+  if (profile == nullptr) {
+    profile = app.add_subcommand("profile", "Layer profiles for the planner");
+    profile->require_subcommand(1);
+  }
+  auto args = std::make_shared<MeasureArgs>();
+  CLI::App* cmd = profile->add_subcommand(
+      "measure", "Time each layer's forward/backward and measure its memory on this machine");
+  cmd->add_option("--model", args->options.model, "tiny | small | gpt2-124m (or <name>:<blocks>)")
+      ->capture_default_str();
+  cmd->add_option("--microbatch-size", args->options.microbatch_size, "samples per microbatch")
+      ->capture_default_str();
+  cmd->add_option("--seq-len", args->options.seq_len, "sequence length; 0 = the model's")
+      ->capture_default_str();
+  cmd->add_option("--vocab-size", args->options.vocab_size,
+                  "256 for byte-level text, 50257 for GPT-2 .bin tokens")
+      ->capture_default_str();
+  cmd->add_option("--repeats", args->options.repeats, "timed runs per layer (median)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", args->options.warmup, "untimed runs per layer first")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->options.threads, "intra-op threads (as a worker uses)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->options.seed, "weight seed")->capture_default_str();
+  cmd->add_option("--out,--output,-o", args->out, "profile JSON to write")->capture_default_str();
+  cmd->add_flag("--json", args->json, "print the profile JSON instead of a table");
+  cmd->callback([args] { run_measure(*args); });
+}
+
+const Registrar kRegistrar("profile measure", 20, add_measure);
+
+}  // namespace
+}  // namespace bw::cli
