@@ -335,6 +335,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
                            {"step_s", s.step_s},
                            {"tokens_per_s", s.tokens_per_s},
                            {"generation", summary.layout.generation}};
+    line["ranks"] = nlohmann::json::array();
+    for (const auto& r : s.reports) line["ranks"].push_back(r.to_json());
     metrics << line.dump() << "\n" << std::flush;
     if (runtime::checkpoint_due(config.train, step)) {
       runtime::CheckpointInfo info;

@@ -123,6 +123,8 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
   }
   runtime::validate_layout(layout);
   check_memory(layout, model, config);
+  std::sort(out.notes.begin(), out.notes.end());
+  out.notes.erase(std::unique(out.notes.begin(), out.notes.end()), out.notes.end());
   return out;
 }
 

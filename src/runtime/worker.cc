@@ -30,6 +30,7 @@ nlohmann::json StepReport::to_json() const {
           {"grad_norm", grad_norm},
           {"lr", lr},
           {"step_ms", step_ms},
+          {"exec_ms", exec_ms},
           {"compute_ms", compute_ms},
           {"wait_ms", wait_ms},
           {"sync_ms", sync_ms},
@@ -45,6 +46,7 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.grad_norm = d.at("grad_norm");
   r.lr = d.at("lr");
   r.step_ms = d.at("step_ms");
+  r.exec_ms = d.at("exec_ms");
   r.compute_ms = d.at("compute_ms");
   r.wait_ms = d.at("wait_ms");
   r.sync_ms = d.at("sync_ms");
@@ -130,6 +132,7 @@ StepReport Worker::run_step(int step) {
   r.grad_norm = norm;
   r.lr = lr;
   r.compute_ms = stats.compute_ms;
+  r.exec_ms = stats.total_ms;
   r.wait_ms = stats.wait_ms;
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;

@@ -44,6 +44,7 @@ struct StepReport {
   double grad_norm = 0.0;  // before clipping
   double lr = 0.0;
   double step_ms = 0.0;     // the whole step on this rank
+  double exec_ms = 0.0;     // the action list (forward, backward, p2p)
   double compute_ms = 0.0;  // inside F/B/I/W
   double wait_ms = 0.0;     // blocked on p2p
   double sync_ms = 0.0;     // gradient sync + norm + optimizer
