@@ -175,18 +175,22 @@ int main(int argc, char** argv) {
                f.pipeline_ms, f.pipeline_ms / predicted, f.step_ms, f.overhead_us);
   }
 
-  auto single = run((dir / "single").string(), [&] {
+  auto single_run = [&](int threads) {
     auto a = common;
     a.push_back("--devices=1");
-    a.back() = "--devices=1";
-    a.push_back("--train.threads_per_worker=2");
-    return a;
-  }());
+    a.push_back(fmt::format("--train.threads_per_worker={}", threads));
+    return run((dir / fmt::format("single{}", threads)).string(), a);
+  };
+  auto single = single_run(2);
+  auto single1 = single_run(1);
   fmt::print("\n{:<44} {:>10.0f} tokens/s\n", "single process, 2 threads", single.tokens_per_s);
+  fmt::print("{:<44} {:>10.0f} tokens/s\n", "single process, 1 thread", single1.tokens_per_s);
   fmt::print("{:<44} {:>10.0f} tokens/s\n", "1F1B pipeline, 2 workers x 1 thread",
              one_f_one_b.tokens_per_s);
-  fmt::print("{:<44} {:>10.3f}\n", "ratio pipeline / single",
+  fmt::print("{:<44} {:>10.3f}\n", "ratio pipeline / single (2 threads)",
              one_f_one_b.tokens_per_s / std::max(1.0, single.tokens_per_s));
+  fmt::print("{:<44} {:>10.3f}\n", "ratio pipeline / single (1 thread)",
+             one_f_one_b.tokens_per_s / std::max(1.0, single1.tokens_per_s));
 
   auto def = run((dir / "default").string(), {fmt::format("--train.steps={}", steps)});
   fmt::print(

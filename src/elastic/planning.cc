@@ -8,6 +8,8 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "plan/planner.h"
+#include "plan/profile.h"
 #include "schedule/generate.h"
 
 namespace bw::elastic {
@@ -90,9 +92,39 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
                        int world_size, int generation) {
   const auto& p = config.pipeline;
   std::vector<int> devices = p.pipelines;
-  if (devices.empty()) {
+  std::vector<int> planned_microbatches;
+  std::vector<std::string> planner_notes;
+  if (devices.empty() && p.profile.empty()) {
+    // Uniform per-device cost: fault_tolerance + 1 pipelines of (nearly) equal size, microbatches
+    // in proportion to devices. (On a uniform estimate with no memory limit the planner would
+    // prefer one-device pipelines, i.e. no pipelining at all.)
     const int n = std::max(1, std::min(world_size, p.fault_tolerance + 1));
     for (int i = 0; i < n; ++i) devices.push_back(world_size / n + (i < world_size % n ? 1 : 0));
+  }
+  if (devices.empty()) {
+    // The planner (plan/) chooses the pipelines and their microbatches from the profile.
+    plan::Profile profile = plan::load_profile(p.profile);
+    if (profile.num_layers() != model::num_layers(model)) {
+      throw ConfigError(fmt::format(
+          "profile '{}' has {} layers but model {} has {}; measure it with `breakwater profile "
+          "measure --model {}`",
+          p.profile, profile.num_layers(), model.name, model::num_layers(model), model.name));
+    }
+    plan::Cluster cluster;
+    const bool explicit_world =
+        world_size != config.cluster.nodes * config.cluster.devices_per_node;
+    cluster.devices_per_node = explicit_world ? 1 : config.cluster.devices_per_node;
+    cluster.num_nodes = world_size / cluster.devices_per_node;
+    cluster.device_memory_gb = config.cluster.memory_gb > 0 ? config.cluster.memory_gb : 1e6;
+    const auto result = plan::make_plan(profile, cluster, p.fault_tolerance, p.microbatches);
+    for (const auto& pipe : result.plan.pipelines) {
+      devices.push_back(pipe.tmpl.num_nodes * cluster.devices_per_node);
+      planned_microbatches.push_back(pipe.microbatches);
+    }
+    planner_notes.push_back(fmt::format(
+        "planner ({}): pipelines of {} devices with {} microbatches, predicted step {:.1f} ms",
+        p.profile, fmt::join(devices, "+"), fmt::join(planned_microbatches, "+"),
+        result.plan.step_ms));
   }
   const int total = std::accumulate(devices.begin(), devices.end(), 0);
   if (total != world_size) {
@@ -102,9 +134,12 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
         devices, total, world_size, config.cluster.nodes, config.cluster.devices_per_node));
   }
   std::vector<double> weights(devices.begin(), devices.end());
-  const auto microbatches = runtime::split_microbatches(p.microbatches, weights);
+  const auto microbatches = planned_microbatches.empty()
+                                ? runtime::split_microbatches(p.microbatches, weights)
+                                : planned_microbatches;
 
   LayoutPlan out;
+  out.notes = planner_notes;
   auto& layout = out.layout;
   layout.generation = generation;
   layout.num_layers = model::num_layers(model);

@@ -2,9 +2,12 @@
 // which microbatches each computes, its schedule (generated, lowered and validated by schedule/),
 // and its chunks' layer ranges. The coordinator publishes the result (runtime/layout.h).
 //
-// Pipelines come from `pipeline.pipelines` when given, else from an even split of the world into
-// fault_tolerance + 1 pipelines (Oobleck keeps f + 1 replicas of every layer); microbatches are
-// split in proportion to each pipeline's device count (a uniform per-device cost estimate).
+// Pipelines come from `pipeline.pipelines` when given (microbatches then split in proportion to
+// device counts); else, with a profile (`pipeline.profile`, e.g. from `breakwater profile
+// measure`), from the planner (plan::make_plan: Oobleck's templates and instantiation, at least
+// fault_tolerance + 1 pipelines, microbatches split by predicted time); else, on a uniform
+// per-device estimate, fault_tolerance + 1 pipelines of nearly equal size. The schedule kind is
+// the config's for every pipeline; chunks get contiguous, even layer ranges.
 // When a wave or interleaved schedule would need more chunks than the model has layers, the wave
 // count (or chunks per device) is lowered to the largest that fits, and the change is reported in
 // `notes`.

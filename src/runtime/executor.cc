@@ -85,7 +85,11 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
   Slot& slot = slots_[{chunk, mb}];
   std::pair<torch::Tensor, torch::Tensor> data;
   const bool need_data = chunk == 0 || chunk == last_chunk_;
-  if (need_data) data = batch(mb);
+  if (need_data) {
+    const auto t_data = Clock::now();
+    data = batch(mb);
+    stats.data_ms += ms_since(t_data);
+  }
   if (chunk == 0) {
     slot.input = data.first;
   } else {
@@ -144,7 +148,11 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
     }
   }
   // After B or W the chunk is done with this microbatch; SEND_B reads outgoing_grads_.
-  if (!inputs_only) slots_.erase(it);
+  if (!inputs_only) {
+    const auto t_free = Clock::now();
+    slots_.erase(it);
+    stats.free_ms += ms_since(t_free);
+  }
 }
 
 StepStats Executor::run_step(const BatchFn& batch) {
@@ -154,6 +162,7 @@ StepStats Executor::run_step(const BatchFn& batch) {
   for (const auto& a : pipeline_.schedule.actions[device_]) {
     ++stats.num_actions;
     const int c = a.chunk, m = a.microbatch;
+    const auto t_action = Clock::now();
     switch (a.kind) {
       case ActionKind::F:
         forward(c, m, batch, stats);
@@ -195,6 +204,7 @@ StepStats Executor::run_step(const BatchFn& batch) {
         break;
       }
     }
+    if (schedule::is_comm(a.kind)) stats.post_ms += ms_since(t_action);
   }
   const auto t0 = Clock::now();
   for (auto& s : sends_) s->wait();

@@ -42,6 +42,9 @@ struct StepStats {
   double loss = 0.0;        // sum over this device's last-chunk microbatches of loss * mbs / G
   double compute_ms = 0.0;  // inside F/B/I/W LibTorch calls
   double wait_ms = 0.0;     // blocked on receives and sends
+  double data_ms = 0.0;     // reading microbatches from the sampler
+  double post_ms = 0.0;     // posting isend/irecv
+  double free_ms = 0.0;     // releasing a finished microbatch graph and tensors
   double total_ms = 0.0;    // the whole action list
   int num_actions = 0;
 };

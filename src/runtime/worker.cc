@@ -33,6 +33,9 @@ nlohmann::json StepReport::to_json() const {
           {"exec_ms", exec_ms},
           {"compute_ms", compute_ms},
           {"wait_ms", wait_ms},
+          {"data_ms", data_ms},
+          {"post_ms", post_ms},
+          {"free_ms", free_ms},
           {"sync_ms", sync_ms},
           {"num_actions", num_actions},
           {"peak_rss_kb", peak_rss_kb}};
@@ -49,6 +52,9 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.exec_ms = d.at("exec_ms");
   r.compute_ms = d.at("compute_ms");
   r.wait_ms = d.at("wait_ms");
+  r.data_ms = d.value("data_ms", 0.0);
+  r.post_ms = d.value("post_ms", 0.0);
+  r.free_ms = d.value("free_ms", 0.0);
   r.sync_ms = d.at("sync_ms");
   r.num_actions = d.at("num_actions");
   r.peak_rss_kb = d.at("peak_rss_kb");
@@ -134,6 +140,9 @@ StepReport Worker::run_step(int step) {
   r.compute_ms = stats.compute_ms;
   r.exec_ms = stats.total_ms;
   r.wait_ms = stats.wait_ms;
+  r.data_ms = stats.data_ms;
+  r.post_ms = stats.post_ms;
+  r.free_ms = stats.free_ms;
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;
   r.step_ms = ms_since(t0);

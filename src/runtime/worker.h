@@ -47,6 +47,9 @@ struct StepReport {
   double exec_ms = 0.0;     // the action list (forward, backward, p2p)
   double compute_ms = 0.0;  // inside F/B/I/W
   double wait_ms = 0.0;     // blocked on p2p
+  double data_ms = 0.0;     // reading microbatches
+  double post_ms = 0.0;     // posting isend/irecv
+  double free_ms = 0.0;     // releasing finished microbatches
   double sync_ms = 0.0;     // gradient sync + norm + optimizer
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
