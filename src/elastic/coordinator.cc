@@ -80,7 +80,9 @@ class ProcessFleet final : public Fleet {
       : layout_(layout),
         g_(layout.generation),
         timeout_(std::chrono::milliseconds(
-            static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0))) {
+            static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0))),
+        heartbeat_timeout_(std::chrono::milliseconds(
+            static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0))) {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(config.elastic.store_port);
     opts.isServer = true;
@@ -104,6 +106,7 @@ class ProcessFleet final : public Fleet {
           {executable, "worker", "--store-host", "127.0.0.1", "--store-port", std::to_string(port),
            "--rank", std::to_string(r), "--generation", std::to_string(g_)}));
     }
+    beats_.assign(children_.size(), {0, Clock::now()});
     runtime::log(runtime::LogLevel::kInfo, "store on port {}, {} workers started", port,
                  children_.size());
   }
@@ -167,6 +170,7 @@ class ProcessFleet final : public Fleet {
           }
         }
       }
+      check_heartbeats(what);
       if (Clock::now() > deadline) {
         stop_all();
         throw CommError(fmt::format(
@@ -175,6 +179,28 @@ class ProcessFleet final : public Fleet {
             what, timeout_.count() / 1000.0, missing.size()));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+
+  // A rank whose heartbeat counter has not moved for heartbeat_timeout_s is hung or stopped.
+  void check_heartbeats(const std::string& what) {
+    const auto now = Clock::now();
+    if (now - last_beat_check_ < std::chrono::milliseconds(100)) return;
+    last_beat_check_ = now;
+    for (int r = 0; r < world_size(); ++r) {
+      const int64_t count = store_->add(keys::heartbeat(g_, r), 0);
+      if (count != beats_[r].first) {
+        beats_[r] = {count, now};
+      } else if (now - beats_[r].second > (count == 0 ? timeout_ : heartbeat_timeout_)) {
+        // Before its first beat a worker is still starting (loading LibTorch): the step
+        // deadline applies instead.
+        stop_all();
+        const auto [p, d] = layout_.locate(r);
+        throw CommError(fmt::format(
+            "worker rank {} (pipeline {} device {}, pid {}) sent no heartbeat for {} s during {} "
+            "(stopped or hung; elastic.heartbeat_timeout_s); stopped every worker",
+            r, p, d, children_[r].pid(), heartbeat_timeout_.count() / 1000.0, what));
+      }
     }
   }
 
@@ -200,6 +226,9 @@ class ProcessFleet final : public Fleet {
   runtime::RunLayout layout_;
   int g_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds heartbeat_timeout_;
+  std::vector<std::pair<int64_t, Clock::time_point>> beats_;  // per rank: counter, when it moved
+  Clock::time_point last_beat_check_{};
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::vector<ChildProcess> children_;
 };

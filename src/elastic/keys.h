@@ -15,6 +15,9 @@ inline std::string metrics(int g, int step, int rank) {
   return fmt::format("g{}/metrics/{}/{}", g, step, rank);  // StepReport
 }
 inline std::string error(int g, int rank) { return fmt::format("g{}/error/{}", g, rank); }
+inline std::string heartbeat(int g, int rank) {
+  return fmt::format("g{}/heartbeat/{}", g, rank);  // counter
+}
 inline std::string done(int g, int rank) { return fmt::format("g{}/done/{}", g, rank); }
 
 }  // namespace bw::elastic::keys

@@ -27,6 +27,52 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+// Bumps the rank's heartbeat counter every `period` on its own store connection, so the
+// coordinator sees a stopped or hung process (SIGSTOP, a livelock) within heartbeat_timeout_s
+// even while the main thread is blocked in a collective.
+class Heartbeat {
+ public:
+  Heartbeat(const std::string& host, int port, std::string key, std::chrono::milliseconds period)
+      : key_(std::move(key)), period_(period) {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    opts.timeout = std::chrono::seconds(30);
+    store_ = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    store_->add(key_, 1);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
+      try {
+        store_->add(key_, 1);
+      } catch (...) {
+        return;  // the coordinator is gone; the main thread will notice on its next wait
+      }
+    }
+  }
+
+  std::string key_;
+  std::chrono::milliseconds period_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 void run_worker_process(const WorkerArgs& args) {
@@ -49,6 +95,9 @@ void run_worker_process(const WorkerArgs& args) {
     const auto config = runtime::parse_run_config(get_string(*store, keys::config(g)),
                                                   "the coordinator's config", {});
     store->setTimeout(milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
+    const auto period = std::chrono::milliseconds(std::clamp<int64_t>(
+        static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+    Heartbeat heartbeat(args.store_host, args.store_port, keys::heartbeat(g, args.rank), period);
     const auto layout =
         runtime::layout_from_json(nlohmann::json::parse(get_string(*store, keys::layout(g))));
     const auto start = nlohmann::json::parse(get_string(*store, keys::start(g)));

@@ -156,5 +156,42 @@ TEST(WorkerFailure, KilledWorkerStopsTheRunCleanly) {
   EXPECT_TRUE(children_of(r.pid).empty());
 }
 
+// A stopped worker (SIGSTOP: alive, silent) is found by its missing heartbeats, well before the
+// step deadline; the coordinator stops everything and exits with status 3.
+TEST(WorkerFailure, StoppedWorkerIsDetectedByHeartbeat) {
+  const auto out_dir = (fs::path(dir()) / "stopped").string();
+  std::vector<std::string> args = {"train",
+                                   "--quiet",
+                                   "--devices=2",
+                                   "--pipeline.pipelines=[2]",
+                                   "--pipeline.schedule=1f1b",
+                                   "--model.name=tiny",
+                                   "--data.path=" + write_corpus("stop.txt", 20000),
+                                   "--train.steps=100000",
+                                   "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=4",
+                                   "--pipeline.microbatch_size=2",
+                                   "--elastic.step_timeout_s=300",
+                                   "--elastic.heartbeat_timeout_s=2",
+                                   "--train.out_dir=" + out_dir};
+  std::vector<pid_t> stopped;
+  auto r = run_cli(args, out_dir + ".log", kDeadlineS, [&](pid_t coordinator) {
+    const auto metrics = fs::path(out_dir) / "metrics.jsonl";
+    for (int i = 0; i < 3000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (fs::exists(metrics) && fs::file_size(metrics) > 500) break;
+    }
+    auto workers = children_of(coordinator);
+    if (!workers.empty()) {
+      ::kill(workers.front(), SIGSTOP);
+      stopped.push_back(workers.front());
+    }
+  });
+  ASSERT_EQ(stopped.size(), 1u) << "no worker found:\n" << r.output;
+  EXPECT_FALSE(r.timed_out) << "the coordinator hung on a stopped worker:\n" << r.output;
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("no heartbeat"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace bw::runtime
