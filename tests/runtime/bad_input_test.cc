@@ -23,9 +23,8 @@ constexpr double kDeadlineS = 60.0;
 
 std::string dir() {
   static const std::string d = [] {
-    auto p = fs::path(::testing::TempDir()) / fmt::format("bw_bad_input_{}", getpid());
-    fs::create_directories(p);
-    return p.string();
+    return bw::testing::scratch_dir(
+        (fs::path(::testing::TempDir()) / fmt::format("bw_bad_input_{}", getpid())).string());
   }();
   return d;
 }

@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +26,21 @@ struct CliResult {
   std::string output;  // stdout and stderr together
   pid_t pid = -1;
 };
+
+// A scratch directory removed at exit (kept when BW_KEEP_TEST_FILES is set, for debugging).
+inline std::string scratch_dir(const std::string& path) {
+  struct Remover {
+    std::string path;
+    ~Remover() {
+      if (std::getenv("BW_KEEP_TEST_FILES") == nullptr) std::filesystem::remove_all(path);
+    }
+  };
+  static std::vector<std::unique_ptr<Remover>> removers;
+  std::filesystem::create_directories(path);
+  removers.push_back(std::make_unique<Remover>());
+  removers.back()->path = path;
+  return path;
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);

@@ -30,9 +30,8 @@ constexpr int kSteps = 10;
 
 std::string work_dir() {
   static const std::string dir = [] {
-    auto d = fs::path(::testing::TempDir()) / fmt::format("bw_transparency_{}", getpid());
-    fs::create_directories(d);
-    return d.string();
+    return bw::testing::scratch_dir(
+        (fs::path(::testing::TempDir()) / fmt::format("bw_transparency_{}", getpid())).string());
   }();
   return dir;
 }
