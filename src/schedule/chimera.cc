@@ -6,13 +6,13 @@
 //
 // Chunks: 0..P-1 are the down replica (chunk s = stage s on device s), P..2P-1 the up one (chunk
 // P+s = stage s on device P-1-s); Schedule::chunk_stage says so. Microbatch m goes down when
-// (m mod P) < P/2, else up: each unit of P microbatches sends half each way. P = 4, B = 4
-// (`cFm`: F of chunk c, microbatch m; d0..d3 hold chunks {0,7} {1,6} {2,5} {3,4}):
+// (m mod P) < P/2, else up: each unit of P microbatches sends half each way. P = 4, B = 4,
+// T_B = 2 T_F (dev d holds chunks d and 7-d; `cFm`: forward of chunk c, microbatch m):
 //
-//   dev 0 | 0F0 0F1 7F2 7F3 7B2 0B0 7B3 0B1      (order only; timing in docs/images/chimera.svg)
-//   dev 1 | 1F0 6F2 1F1 6F3 6B2 1B0 6B3 1B1
-//   dev 2 | 5F2 2F0 5F3 2F1 2B0 5B2 2B1 5B3
-//   dev 3 | 4F2 4F3 3F0 3F1 3B0 4B2 3B1 4B3
+//   dev 0 | 0F0 0F1 .   .   7F2 7B2---- 7F3 7B3---- .   0B0---- 0B1---- .   .   .   .
+//   dev 1 | .   1F0 1F1 6F2 .   6F3 .   6B2---- 1B0---- 1B1---- 6B3---- .   .   .   .
+//   dev 2 | .   5F2 2F0 2F1 5F3 .   2B0---- .   2B1---- 5B2---- .   .   5B3---- .   .
+//   dev 3 | 4F2 4F3 .   3F0 3B0---- 3F1 3B1---- .   .   .   .   4B2---- .   .   4B3----
 //
 // Order. Each replica on its own is a 1F1B pipeline over its microbatches (stage s: F x, then
 // B x-(P-1-s)). The two per-chunk queues of a device are merged by a list scheduler in unit time

@@ -1,11 +1,13 @@
 // GPipe (Huang et al., NeurIPS'19): every forward, then every backward, one chunk per device.
 //
-// P = 3 devices, B = 4 microbatches, backward twice as long as forward (digits: microbatch):
+// P = 3 devices, B = 4 microbatches, T_B = 2 T_F (`breakwater schedule --kind gpipe -P 3 -B 4
+// --ascii`; one cell per forward, `Fm`/`Bm` for microbatch m, `.` idle):
 //
-//   dev 0 | 0 1 2 3 . . . . . . . .   . . . . 0 0 1 1 2 2 3 3
-//   dev 1 |   0 1 2 3 . . . . . . . . . 0 0 1 1 2 2 3 3
-//   dev 2 |     0 1 2 3 0 0 1 1 2 2 3 3
-//           forwards             backwards (in microbatch order, as PyTorch's ScheduleGPipe)
+//   dev 0 | F0 F1 F2 F3 .  .  .  .  .  .  B0--- B1--- B2--- B3---
+//   dev 1 | .  F0 F1 F2 F3 .  .  .  B0--- B1--- B2--- B3--- .  .
+//   dev 2 | .  .  F0 F1 F2 F3 B0--- B1--- B2--- B3--- .  .  .  .
+//
+// Backwards run in microbatch order, as in PyTorch's ScheduleGPipe.
 //
 // Bubble (P-1)/(B+P-1) of the makespan on every device; every device keeps all B microbatches'
 // activations before its first backward (peak B*M_a).

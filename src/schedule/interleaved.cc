@@ -1,11 +1,13 @@
 // Interleaved 1F1B (Megatron-LM, Narayanan et al. SC'21 §2.2): each device holds v chunks,
 // chunk c on device c mod P, so a microbatch loops over the devices v times.
 //
-// P = 2, v = 2, B = 4 (chunks 0,2 on dev 0 and 1,3 on dev 1; `cFm` forward, `cBm` backward):
+// P = 2, v = 2, B = 4, T_B = 2 T_F (chunks 0,2 on dev 0 and 1,3 on dev 1; `cFm` is the forward
+// of chunk c for microbatch m; one cell per chunk forward):
 //
-//   dev 0 | 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3
-//   dev 1 | 1F0 1F1 3F0 3F1 3B0 3B1 1F2 1B0 1F3 1B1 3F2 3F3 3B2 3B3 1B2 1B3
-//           (order of actions only; the simulator adds the idle slots)
+// clang-format off
+//   dev 0 | 0F0 0F1 2F0 2F1 0F2 .   2B0---- 0F3 2B1---- 2F2 0B0---- 2F3 0B1---- .   2B2---- .   2B3---- 0B2---- 0B3----
+//   dev 1 | .   1F0 1F1 3F0 3B0---- 3F1 3B1---- 1F2 1B0---- 1F3 1B1---- 3F2 3B2---- 3F3 3B3---- 1B2---- 1B3---- .   .
+// clang-format on
 //
 // Order as in current Megatron-core (`get_schedule_table`, `get_pp_rank_microbatches`):
 // microbatches go in groups of G (microbatch_group_size_per_vp_stage, default P); virtual step k

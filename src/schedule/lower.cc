@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
+#include <cstdint>
 #include <optional>
 
 #include "core/error.h"
@@ -40,95 +42,167 @@ std::optional<Action> send_after(const Schedule& s, int device, const Action& a)
   return std::nullopt;
 }
 
-// Dry-runs `s` with sends that block until their receive is posted, and whenever every device is
-// stuck while some SEND waits for a RECV its peer has not posted yet, moves that RECV up to the
-// peer's current position. Those devices never ran past that position, so the run so far is
-// unchanged and it continues from where it stalled. Stops quietly when stuck for any other reason
-// (an invalid compute order, which validate() reports).
-void post_receives_in_time(Schedule& s) {
-  const int P = s.num_devices, M = s.num_microbatches;
-  constexpr int kNever = INT_MAX;
-  const size_t n = static_cast<size_t>(s.num_chunks) * M;
-  std::vector<int> done[8];
-  for (auto& v : done) v.assign(n, kNever);
-  auto at = [M](int c, int m) { return static_cast<size_t>(c) * M + m; };
-  auto happened = [&](ActionKind k, int c, int m, int t) {
-    return done[static_cast<int>(k)][at(c, m)] < t;
-  };
-  auto backward = [&](int c, int m, int t) {
-    return happened(ActionKind::B, c, m, t) || happened(ActionKind::I, c, m, t);
-  };
-  // The RECV a blocked SEND waits for (chunk on the receiving side), or nullopt when ready.
-  auto blocking_recv = [&](const Action& a, int t) -> std::optional<Action> {
-    const int c = a.chunk, m = a.microbatch;
-    if (a.kind == ActionKind::SEND_F) {
-      const int nx = s.next_chunk(c);
-      if (nx < 0 || happened(ActionKind::RECV_F, nx, m, t)) return std::nullopt;
-      return Action{ActionKind::RECV_F, nx, m};
+// Dry-runs `s` with sends that block until their receive is posted (validate.h's kRendezvous),
+// and whenever every device is stuck while some SEND waits for a RECV its peer has not posted
+// yet, moves that RECV up to the peer's current position. The peer never ran past that position,
+// so the run so far is unchanged and it continues from where it stalled. Stops quietly when stuck
+// for any other reason (an invalid compute order, which validate() reports). A worklist: each
+// device runs until it blocks on an action that has not happened, which wakes it when it does.
+class ReceivePoster {
+ public:
+  explicit ReceivePoster(Schedule& s) : s_(s), C_(s.num_chunks) {}
+
+  void run() {
+    const int P = s_.num_devices;
+    const size_t n = static_cast<size_t>(s_.num_microbatches) * C_;
+    std::array<int8_t, 8> not_yet;
+    not_yet.fill(kNotYet);
+    done_.assign(n, not_yet);
+    next_.assign(P, 0);
+    for (int d = P - 1; d >= 0; --d) work_.push_back(d);
+    while (true) {
+      while (!work_.empty()) {
+        const int d = work_.back();
+        work_.pop_back();
+        advance(d);
+      }
+      if (!move_receives()) return;
     }
-    if (a.kind == ActionKind::SEND_B) {
-      const int pv = s.prev_chunk(c);
-      if (pv < 0 || happened(ActionKind::RECV_B, pv, m, t)) return std::nullopt;
-      return Action{ActionKind::RECV_B, pv, m};
+  }
+
+ private:
+  // Microbatch-major, so a chunk and its neighbours share a cache line.
+  size_t key(const Action& a) const { return static_cast<size_t>(a.microbatch) * C_ + a.chunk; }
+  // done_ per (chunk, microbatch) and kind: kNotYet, kWaited (not yet, and its consumer device is
+  // blocked on it) or kHappened. One byte each, so the whole state stays in cache.
+  static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
+  bool happened(const Action& a) const {
+    return done_[key(a)][static_cast<int>(a.kind)] == kHappened;
+  }
+  void wait_for(const Action& a) { done_[key(a)][static_cast<int>(a.kind)] = kWaited; }
+  // The device that can be blocked on `a`: the one consuming what it makes (for a RECV, the
+  // device whose SEND waits for it). Unique per action, so no waiter needs storing.
+  int consumer(const Action& a) const {
+    const int c = a.chunk;
+    switch (a.kind) {
+      case ActionKind::F:
+      case ActionKind::SEND_F:
+        return s_.chunk_device[s_.next_chunk(c)];
+      case ActionKind::B:
+      case ActionKind::I:
+      case ActionKind::SEND_B:
+        return s_.chunk_device[s_.prev_chunk(c)];
+      case ActionKind::RECV_F:
+        return s_.chunk_device[s_.prev_chunk(c)];
+      case ActionKind::RECV_B:
+        return s_.chunk_device[s_.next_chunk(c)];
+      default:
+        return -1;
     }
+  }
+  bool done(int d) const { return next_[d] >= static_cast<int>(s_.actions[d].size()); }
+  const Action& head(int d) const { return s_.actions[d][next_[d]]; }
+
+  Action backward_of(int c, int m) const {
+    const Action b{ActionKind::B, c, m};
+    // B and I never both exist for one chunk and microbatch (validate() checks it); the one that
+    // will run is the one in the list, so ask for either.
+    return has_split_ ? Action{ActionKind::I, c, m} : b;
+  }
+
+  // The RECV a SEND needs posted (blocking sends).
+  static std::optional<Action> receive_for(const Schedule& s, const Action& a) {
+    if (a.kind == ActionKind::SEND_F && s.next_chunk(a.chunk) >= 0)
+      return Action{ActionKind::RECV_F, s.next_chunk(a.chunk), a.microbatch};
+    if (a.kind == ActionKind::SEND_B && s.prev_chunk(a.chunk) >= 0)
+      return Action{ActionKind::RECV_B, s.prev_chunk(a.chunk), a.microbatch};
     return std::nullopt;
-  };
-  auto ready = [&](const Action& a, int d, int t) {
+  }
+
+  // The first action `a` (on device d) needs that has not happened, if any.
+  std::optional<Action> blocker(const Action& a, int d) const {
     const int c = a.chunk, m = a.microbatch;
+    auto missing = [&](const Action& x) -> std::optional<Action> {
+      if (happened(x)) return std::nullopt;
+      return x;
+    };
     switch (a.kind) {
       case ActionKind::F: {
-        const int p = s.prev_chunk(c);
-        if (p < 0) return true;
-        if (s.chunk_device[p] == d) return happened(ActionKind::F, p, m, t);
-        return happened(ActionKind::SEND_F, p, m, t);
+        const int p = s_.prev_chunk(c);
+        if (p < 0) return std::nullopt;
+        if (s_.chunk_device[p] == d) return missing({ActionKind::F, p, m});
+        return missing({ActionKind::SEND_F, p, m});
       }
       case ActionKind::B:
       case ActionKind::I: {
-        const int nx = s.next_chunk(c);
-        if (nx < 0) return true;
-        if (s.chunk_device[nx] == d) return backward(nx, m, t);
-        return happened(ActionKind::SEND_B, nx, m, t);
+        const int nx = s_.next_chunk(c);
+        if (nx < 0) return std::nullopt;
+        if (s_.chunk_device[nx] == d) {
+          if (happened({ActionKind::B, nx, m}) || happened({ActionKind::I, nx, m}))
+            return std::nullopt;
+          return backward_of(nx, m);
+        }
+        return missing({ActionKind::SEND_B, nx, m});
       }
-      case ActionKind::W:
-      case ActionKind::RECV_F:
-      case ActionKind::RECV_B:
-        return true;
       case ActionKind::SEND_F:
-      case ActionKind::SEND_B:
-        return !blocking_recv(a, t).has_value();
-    }
-    return false;
-  };
-  std::vector<int> next(P, 0), runs;
-  std::vector<int> active;
-  for (int d = 0; d < P; ++d)
-    if (!s.actions[d].empty()) active.push_back(d);
-  for (int t = 0; !active.empty(); ++t) {
-    runs.clear();
-    for (int d : active)
-      if (ready(s.actions[d][next[d]], d, t)) runs.push_back(d);
-    if (runs.empty()) {
-      bool moved = false;
-      for (int d : active) {
-        auto want = blocking_recv(s.actions[d][next[d]], t);
-        if (!want) continue;
-        const int peer = s.chunk_device[want->chunk];
-        auto& list = s.actions[peer];
-        auto it = std::find(list.begin() + next[peer], list.end(), *want);
-        if (it == list.end()) continue;  // missing or already behind: validate() will say
-        std::rotate(list.begin() + next[peer], it, it + 1);
-        moved = true;
+      case ActionKind::SEND_B: {
+        auto r = receive_for(s_, a);
+        return r ? missing(*r) : std::nullopt;
       }
-      if (!moved) return;
-      --t;  // re-run this step with the receives in place
-      continue;
+      default:
+        return std::nullopt;
     }
-    for (int d : runs) {
-      const Action& a = s.actions[d][next[d]++];
-      done[static_cast<int>(a.kind)][at(a.chunk, a.microbatch)] = t;
-    }
-    std::erase_if(active, [&](int d) { return next[d] == static_cast<int>(s.actions[d].size()); });
   }
+
+  void advance(int d) {
+    while (!done(d)) {
+      const Action a = head(d);
+      if (auto wait = blocker(a, d)) {
+        wait_for(*wait);
+        if (wait->kind == ActionKind::I)  // a full backward satisfies it too
+          wait_for({ActionKind::B, wait->chunk, wait->microbatch});
+        return;
+      }
+      int8_t& slot = done_[key(a)][static_cast<int>(a.kind)];
+      if (slot == kWaited) work_.push_back(consumer(a));
+      slot = kHappened;
+      ++next_[d];
+    }
+  }
+
+  // Everyone is stuck: post early the receives that blocked sends wait for. False if none.
+  bool move_receives() {
+    bool moved = false;
+    for (int d = 0; d < s_.num_devices; ++d) {
+      if (done(d)) continue;
+      auto want = receive_for(s_, head(d));
+      if (!want || happened(*want)) continue;
+      const int peer = s_.chunk_device[want->chunk];
+      auto& list = s_.actions[peer];
+      auto it = std::find(list.begin() + next_[peer], list.end(), *want);
+      if (it == list.end()) continue;  // missing, or behind: validate() will say
+      std::rotate(list.begin() + next_[peer], it, it + 1);
+      work_.push_back(peer);
+      moved = true;
+    }
+    return moved;
+  }
+
+ public:
+  bool has_split_ = false;
+
+ private:
+  Schedule& s_;
+  int C_;
+  std::vector<std::array<int8_t, 8>> done_;  // per (chunk, microbatch), by ActionKind
+  std::vector<int> next_;
+  std::vector<int> work_;
+};
+
+void post_receives_in_time(Schedule& s) {
+  ReceivePoster poster(s);
+  poster.has_split_ = s.has_split_backward();
+  poster.run();
 }
 
 }  // namespace
@@ -140,21 +214,34 @@ Schedule lower(const Schedule& compute_only, const LowerOptions& options) {
         compute_only.kind));
   if (options.recv_lookahead < 0)
     throw ConfigError(fmt::format("recv lookahead must be >= 0 (got {})", options.recv_lookahead));
-  Schedule out = compute_only;
+  Schedule out;
+  out.kind = compute_only.kind;
+  out.num_devices = compute_only.num_devices;
+  out.num_chunks = compute_only.num_chunks;
+  out.num_microbatches = compute_only.num_microbatches;
+  out.chunk_device = compute_only.chunk_device;
+  out.chunk_stage = compute_only.chunk_stage;
+  out.actions.resize(compute_only.actions.size());
   const int L = options.recv_lookahead;
+  std::vector<Action> recvs;
+  std::vector<char> has_recv;
   for (int d = 0; d < compute_only.num_devices; ++d) {
     const auto& in = compute_only.actions[d];
     const int n = static_cast<int>(in.size());
-    std::vector<std::optional<Action>> recvs(n);
-    for (int k = 0; k < n; ++k) recvs[k] = recv_for(compute_only, d, in[k]);
+    recvs.resize(n);
+    has_recv.assign(n, 0);
+    for (int k = 0; k < n; ++k)
+      if (auto r = recv_for(compute_only, d, in[k])) {
+        recvs[k] = *r;
+        has_recv[k] = 1;
+      }
     auto& list = out.actions[d];
-    list.clear();
     list.reserve(static_cast<size_t>(n) * 3);
     // The RECV for compute k is posted just before compute max(0, k - L).
     for (int k = 0; k < std::min(n, L); ++k)
-      if (recvs[k]) list.push_back(*recvs[k]);
+      if (has_recv[k]) list.push_back(recvs[k]);
     for (int k = 0; k < n; ++k) {
-      if (k + L < n && recvs[k + L]) list.push_back(*recvs[k + L]);
+      if (k + L < n && has_recv[k + L]) list.push_back(recvs[k + L]);
       list.push_back(in[k]);
       if (auto send = send_after(compute_only, d, in[k])) list.push_back(*send);
     }

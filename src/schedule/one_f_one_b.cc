@@ -1,11 +1,11 @@
 // 1F1B (PipeDream-Flush; DAPPLE, Fan et al. PPoPP'21): warm up with P-1-d forwards, then alternate
 // one forward and one backward, then drain the backwards. One chunk per device.
 //
-// P = 3, B = 4, backward = 2 x forward (digits: microbatch; F lower, B doubled):
+// P = 3, B = 4, T_B = 2 T_F (`breakwater schedule --kind 1f1b -P 3 -B 4 --ascii`):
 //
-//   dev 0 | 0 1 2 . . . . 00. 3 11. . 22. 33
-//   dev 1 |   0 1 . . 00 2 11 3 22. . 33
-//   dev 2 |     0 00 1 11 2 22 3 33
+//   dev 0 | F0 F1 F2 .  .  .  .  B0--- F3 B1--- .  B2--- .  B3---
+//   dev 1 | .  F0 F1 .  .  B0--- F2 B1--- F3 B2--- .  B3--- .  .
+//   dev 2 | .  .  F0 B0--- F1 B1--- F2 B2--- F3 B3--- .  .  .  .
 //
 // Device d runs, for x = 0, 1, ...: F x (if x < B), then B x-(P-1-d) (if in range). It keeps at
 // most P-d microbatches in flight: peak P*M_a on device 0, M_a on the last. Bubble (P-1)/(B+P-1).

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
+#include <cstdint>
+#include <optional>
 
 #include "schedule/grid.h"
 
@@ -38,7 +41,8 @@ class Validator {
   }
 
  private:
-  size_t at(int c, int m) const { return static_cast<size_t>(c) * M_ + m; }
+  // Microbatch-major, so a chunk and its neighbours share a cache line.
+  size_t at(int c, int m) const { return static_cast<size_t>(m) * C_ + c; }
   int dev(int c) const { return s_.chunk_device[c]; }
 
   [[noreturn]] void fail_at(std::string problem, Mark mark) const {
@@ -105,12 +109,14 @@ class Validator {
   // Position of every action in its device's list; duplicates are errors.
   void index_actions() {
     const size_t n = static_cast<size_t>(C_) * M_;
-    for (auto& v : pos_) v.assign(n, kNone);
+    std::array<int, 8> none;
+    none.fill(kNone);
+    pos_.assign(n, none);
     for (int d = 0; d < s_.num_devices; ++d) {
       const auto& list = s_.actions[d];
       for (int k = 0; k < static_cast<int>(list.size()); ++k) {
         const Action& a = list[k];
-        int& slot = pos_[static_cast<int>(a.kind)][at(a.chunk, a.microbatch)];
+        int& slot = pos_[at(a.chunk, a.microbatch)][static_cast<int>(a.kind)];
         if (slot != kNone)
           fail_at(fmt::format("device {}: {} appears twice (positions {} and {})", d, to_string(a),
                               slot, k),
@@ -120,7 +126,7 @@ class Validator {
     }
   }
 
-  int pos(ActionKind k, int c, int m) const { return pos_[static_cast<int>(k)][at(c, m)]; }
+  int pos(ActionKind k, int c, int m) const { return pos_[at(c, m)][static_cast<int>(k)]; }
   // Position of the backward that produces chunk c's input gradient (B or I).
   int backward_pos(int c, int m) const {
     const int b = pos(ActionKind::B, c, m);
@@ -245,118 +251,241 @@ class Validator {
     }
   }
 
-  // 4. Dry run, one action per device per step; what happened at step t is visible from t+1.
+  // 4. Dry run. Semantically one action per device per step, an action running at the first step
+  // its device is free and everything it needs happened at an earlier step. Computed as a
+  // worklist (each device runs until it blocks on an event; the event wakes it), which gives the
+  // same steps in time linear in the number of actions.
   DryRun dry_run() {
+    // The position arrays become the step arrays (only B's is still needed, by backward_of).
+    full_backward_.resize(pos_.size());
+    for (size_t i = 0; i < pos_.size(); ++i)
+      full_backward_[i] = pos_[i][static_cast<int>(ActionKind::B)] != kNone;
+    pos_ = {};
+    // Fast pass (one byte of state per action) unless steps are asked for; on a deadlock, run
+    // again with steps, recording each action's, for the grid.
+    if (run_workers(opt_.count_steps ? kSteps : kFast) ||
+        (!opt_.count_steps && run_workers(kRecord))) {
+      DryRun out;
+      out.steps = opt_.count_steps ? steps_ : -1;
+      return out;
+    }
+    std::vector<int> stuck;
+    for (int d = 0; d < s_.num_devices; ++d)
+      if (next_[d] < static_cast<int>(s_.actions[d].size())) stuck.push_back(d);
+    std::string why;
+    for (int d : stuck) {
+      if (!why.empty()) why += "; ";
+      why +=
+          fmt::format("device {} waits at {} for {}", d, to_string(head(d)), waits_for(head(d), d));
+      if (why.size() > 600) {
+        why += "; ...";
+        break;
+      }
+    }
+    throw Failure{fmt::format("deadlock under {} semantics after {} steps: {}",
+                              semantics_name(opt_.semantics), steps_, why),
+                  detail::step_grid(s_, step_of_, next_, opt_.grid_rows, stuck.front())};
+  }
+
+  // Runs every device as far as it goes; true when all finished.
+  enum Mode { kFast, kSteps, kRecord };
+  bool run_workers(Mode mode) {
     const int P = s_.num_devices;
     const size_t n = static_cast<size_t>(C_) * M_;
-    for (auto& v : done_) v.assign(n, kNever);
-    std::vector<int> next(P, 0);
-    std::vector<std::vector<int>> step_of(P);
-    long long remaining = 0;
-    for (int d = 0; d < P; ++d) {
-      step_of[d].assign(s_.actions[d].size(), -1);
-      remaining += static_cast<long long>(s_.actions[d].size());
+    fast_ = mode == kFast;
+    if (fast_) {
+      std::array<int8_t, 8> not_yet;
+      not_yet.fill(kNotYet);
+      state_.assign(n, not_yet);
+    } else {
+      state_ = {};
+      std::array<int, 8> never;
+      never.fill(kNever);
+      done_.assign(n, never);
     }
-    std::vector<int> active;
+    next_.assign(P, 0);
+    free_.assign(P, 0);
+    steps_ = 0;
+    record_ = mode == kRecord;
+    if (record_) {
+      step_of_.resize(P);
+      for (int d = 0; d < P; ++d) step_of_[d].assign(s_.actions[d].size(), -1);
+    }
+    work_.clear();
+    for (int d = P - 1; d >= 0; --d) work_.push_back(d);
+    while (!work_.empty()) {
+      const int d = work_.back();
+      work_.pop_back();
+      advance(d);
+    }
     for (int d = 0; d < P; ++d)
-      if (!s_.actions[d].empty()) active.push_back(d);
-    std::vector<int> runs;
-    int t = 0;
-    while (remaining > 0) {
-      runs.clear();
-      for (int d : active)
-        if (ready(s_.actions[d][next[d]], d, t, next)) runs.push_back(d);
-      if (runs.empty()) {
-        int focus = active.empty() ? 0 : active.front();
-        std::string why;
-        for (int d : active) {
-          if (!why.empty()) why += "; ";
-          why += fmt::format("device {} waits at {} for {}", d, to_string(s_.actions[d][next[d]]),
-                             waits_for(s_.actions[d][next[d]], d));
-          if (why.size() > 600) {
-            why += "; ...";
-            break;
-          }
-        }
-        throw Failure{fmt::format("deadlock under {} semantics after {} steps: {}",
-                                  semantics_name(opt_.semantics), t, why),
-                      detail::step_grid(s_, step_of, next, opt_.grid_rows, focus)};
-      }
-      for (int d : runs) {
-        const Action& a = s_.actions[d][next[d]];
-        done_[static_cast<int>(a.kind)][at(a.chunk, a.microbatch)] = t;
-        step_of[d][next[d]] = t;
-        ++next[d];
-        --remaining;
-      }
-      std::erase_if(active,
-                    [&](int d) { return next[d] == static_cast<int>(s_.actions[d].size()); });
-      ++t;
-    }
-    DryRun out;
-    out.steps = t;
-    return out;
+      if (next_[d] < static_cast<int>(s_.actions[d].size())) return false;
+    return true;
   }
 
-  bool happened(ActionKind k, int c, int m, int t) const {
-    return done_[static_cast<int>(k)][at(c, m)] < t;
+  const Action& head(int d) const { return s_.actions[d][next_[d]]; }
+  bool at_head(int d, const Action& a) const {
+    return next_[d] < static_cast<int>(s_.actions[d].size()) && head(d) == a;
   }
-  bool backward_happened(int c, int m, int t) const {
-    return happened(ActionKind::B, c, m, t) || happened(ActionKind::I, c, m, t);
-  }
-  // True when device `peer`'s next action (at the start of this step) is `a`.
-  bool at_head(int peer, const Action& a, const std::vector<int>& next) const {
-    const auto& list = s_.actions[peer];
-    return next[peer] < static_cast<int>(list.size()) && list[next[peer]] == a;
+  size_t key(const Action& a) const { return at(a.chunk, a.microbatch); }
+  // Step at which `a` ran, or kNever (a negative value -1-d means device d waits for it).
+  int stamp(const Action& a) const {
+    const int v = done_[key(a)][static_cast<int>(a.kind)];
+    return v < 0 ? kNever : v;
   }
 
-  bool ready(const Action& a, int d, int t, const std::vector<int>& next) const {
+  // The backward (B or I) that produces chunk c's input gradient for microbatch m.
+  Action backward_of(int c, int m) const {
+    return full_backward_[at(c, m)] ? Action{ActionKind::B, c, m} : Action{ActionKind::I, c, m};
+  }
+
+  // The actions `a` on device d needs to have happened (at most two).
+  int needs(const Action& a, int d, Action* out) const {
     const int c = a.chunk, m = a.microbatch;
-    const CommSemantics sem = opt_.semantics;
+    const bool rendezvous = opt_.semantics == CommSemantics::kRendezvous;
+    int n = 0;
     switch (a.kind) {
       case ActionKind::F: {
         const int p = s_.prev_chunk(c);
-        if (p < 0) return true;
-        if (dev(p) == d || !lowered_) return happened(ActionKind::F, p, m, t);
-        return happened(ActionKind::RECV_F, c, m, t) && happened(ActionKind::SEND_F, p, m, t);
+        if (p < 0) break;
+        if (dev(p) == d || !lowered_) {
+          out[n++] = {ActionKind::F, p, m};
+        } else {
+          out[n++] = {ActionKind::RECV_F, c, m};
+          out[n++] = {ActionKind::SEND_F, p, m};
+        }
+        break;
       }
       case ActionKind::B:
       case ActionKind::I: {
-        if (!happened(ActionKind::F, c, m, t)) return false;
-        const int n = s_.next_chunk(c);
-        if (n < 0) return true;
-        if (dev(n) == d || !lowered_) return backward_happened(n, m, t);
-        return happened(ActionKind::RECV_B, c, m, t) && happened(ActionKind::SEND_B, n, m, t);
+        out[n++] = {ActionKind::F, c, m};
+        const int nx = s_.next_chunk(c);
+        if (nx < 0) break;
+        if (dev(nx) == d || !lowered_) {
+          out[n++] = backward_of(nx, m);
+        } else {
+          out[n++] = {ActionKind::RECV_B, c, m};
+          out[n++] = {ActionKind::SEND_B, nx, m};
+        }
+        break;
       }
       case ActionKind::W:
-        return happened(ActionKind::I, c, m, t);
-      case ActionKind::SEND_F: {
-        if (!happened(ActionKind::F, c, m, t)) return false;
-        const int n = s_.next_chunk(c);
-        if (sem == CommSemantics::kAsync) return true;
-        if (sem == CommSemantics::kRendezvous) return happened(ActionKind::RECV_F, n, m, t);
-        return at_head(dev(n), {ActionKind::RECV_F, n, m}, next);
-      }
-      case ActionKind::SEND_B: {
-        if (!backward_happened(c, m, t)) return false;
-        const int p = s_.prev_chunk(c);
-        if (sem == CommSemantics::kAsync) return true;
-        if (sem == CommSemantics::kRendezvous) return happened(ActionKind::RECV_B, p, m, t);
-        return at_head(dev(p), {ActionKind::RECV_B, p, m}, next);
-      }
-      case ActionKind::RECV_F: {
-        if (sem != CommSemantics::kSynchronous) return true;
-        const int p = s_.prev_chunk(c);
-        return at_head(dev(p), {ActionKind::SEND_F, p, m}, next) &&
-               happened(ActionKind::F, p, m, t);
-      }
-      case ActionKind::RECV_B: {
-        if (sem != CommSemantics::kSynchronous) return true;
-        const int n = s_.next_chunk(c);
-        return at_head(dev(n), {ActionKind::SEND_B, n, m}, next) && backward_happened(n, m, t);
-      }
+        out[n++] = {ActionKind::I, c, m};
+        break;
+      case ActionKind::SEND_F:
+        out[n++] = {ActionKind::F, c, m};
+        if (rendezvous) out[n++] = {ActionKind::RECV_F, s_.next_chunk(c), m};
+        break;
+      case ActionKind::SEND_B:
+        out[n++] = backward_of(c, m);
+        if (rendezvous) out[n++] = {ActionKind::RECV_B, s_.prev_chunk(c), m};
+        break;
+      case ActionKind::RECV_F:
+      case ActionKind::RECV_B:
+        break;
     }
-    return false;
+    return n;
+  }
+
+  // The device that can be blocked waiting for `a` once the shape checks passed: the one that
+  // consumes what `a` makes (for a RECV, the device whose blocking SEND waits for it). Same-device
+  // waits cannot happen then (each action follows what it needs on its own device).
+  int consumer(const Action& a) const {
+    const int c = a.chunk;
+    switch (a.kind) {
+      case ActionKind::F:
+      case ActionKind::SEND_F:
+      case ActionKind::RECV_B:
+        return dev(s_.next_chunk(c));
+      default:  // B, I, SEND_B, RECV_F
+        return dev(s_.prev_chunk(c));
+    }
+  }
+
+  // The action that must run in the same step as `a` under synchronous semantics, if any.
+  std::optional<Action> partner(const Action& a) const {
+    if (opt_.semantics != CommSemantics::kSynchronous) return std::nullopt;
+    const int c = a.chunk, m = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::SEND_F:
+        return Action{ActionKind::RECV_F, s_.next_chunk(c), m};
+      case ActionKind::SEND_B:
+        return Action{ActionKind::RECV_B, s_.prev_chunk(c), m};
+      case ActionKind::RECV_F:
+        return Action{ActionKind::SEND_F, s_.prev_chunk(c), m};
+      case ActionKind::RECV_B:
+        return Action{ActionKind::SEND_B, s_.next_chunk(c), m};
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Earliest step device d could run `a`, its next action, or -1 when something it needs has not
+  // happened (then, if asked, d is registered to be woken when it does).
+  int earliest(const Action& a, int d, bool wait) {
+    Action dep[4];
+    const int n = needs(a, d, dep);
+    if (fast_) {
+      for (int i = 0; i < n; ++i) {
+        int8_t& st = state_[key(dep[i])][static_cast<int>(dep[i].kind)];
+        if (st != kHappened) {
+          if (wait) st = kWaited;
+          return -1;
+        }
+      }
+      return 0;
+    }
+    int t = free_[d];
+    for (int i = 0; i < n; ++i) {
+      const int st = stamp(dep[i]);
+      if (st == kNever) {
+        if (wait) done_[key(dep[i])][static_cast<int>(dep[i].kind)] = -1 - d;
+        return -1;
+      }
+      t = std::max(t, st + 1);
+    }
+    return t;
+  }
+
+  void run_head(int d, int t) {
+    const Action& a = head(d);
+    if (fast_) {
+      int8_t& st = state_[key(a)][static_cast<int>(a.kind)];
+      if (st == kWaited) work_.push_back(consumer(a));
+      st = kHappened;
+      ++next_[d];
+      return;
+    }
+    int& slot = done_[key(a)][static_cast<int>(a.kind)];
+    if (slot < 0) work_.push_back(-1 - slot);  // wake the device waiting for it
+    slot = t;
+    if (record_) step_of_[d][next_[d]] = t;
+    ++next_[d];
+    free_[d] = t + 1;
+    steps_ = std::max(steps_, t + 1);
+  }
+
+  void advance(int d) {
+    const int n = static_cast<int>(s_.actions[d].size());
+    while (next_[d] < n) {
+      const Action a = head(d);
+      const int t = earliest(a, d, true);
+      if (t < 0) return;
+      if (auto other = partner(a)) {
+        // Both ends of a synchronous transfer run in one step, once both are at their device's
+        // head and ready; whichever arrives second runs the pair.
+        const int peer = dev(other->chunk);
+        if (!at_head(peer, *other)) return;
+        const int tp = earliest(*other, peer, false);
+        if (tp < 0) return;
+        const int both = std::max(t, tp);
+        run_head(peer, both);
+        run_head(d, both);
+        work_.push_back(peer);
+        continue;
+      }
+      run_head(d, t);
+    }
   }
 
   // What a blocked action waits for, in words.
@@ -396,8 +525,20 @@ class Validator {
   ValidateOptions opt_;
   int C_ = 0, M_ = 0;
   bool lowered_ = false;
-  std::vector<int> pos_[8];   // by ActionKind: position in its device's list, or kNone
-  std::vector<int> done_[8];  // by ActionKind: dry-run step at which it ran, or kNever
+  // Per (chunk, microbatch), by ActionKind (one cache line for all kinds of a slot):
+  std::vector<std::array<int, 8>> pos_;   // position in its device's list, or kNone
+  std::vector<std::array<int, 8>> done_;  // dry-run step it ran at, kNever, or -1-d (d waits)
+  std::vector<char> full_backward_;       // a B (not I/W) runs for this slot
+  // Fast pass: one byte per slot and kind instead of a step.
+  static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
+  std::vector<std::array<int8_t, 8>> state_;
+  bool fast_ = false;
+  int steps_ = 0;
+  bool record_ = false;
+  std::vector<int> next_;  // per device: index of its next action
+  std::vector<int> free_;  // per device: first step at which it can run that action
+  std::vector<std::vector<int>> step_of_;
+  std::vector<int> work_;
 };
 
 }  // namespace

@@ -46,12 +46,13 @@ enum class CommSemantics { kAsync, kRendezvous, kSynchronous };
 
 struct ValidateOptions {
   CommSemantics semantics = CommSemantics::kAsync;
-  int grid_rows = 24;  // rows of the grid printed around the failure
+  int grid_rows = 24;        // rows of the grid printed around the failure
+  bool count_steps = false;  // fill DryRun::steps (a slower dry run that keeps every step)
 };
 
 struct DryRun {
   bool ok = true;
-  int steps = 0;        // steps the dry run took (makespan in unit-time slots)
+  int steps = -1;       // with count_steps: steps the dry run took (unit-time makespan)
   std::string problem;  // empty when ok
   std::string grid;
 };

@@ -5,16 +5,15 @@
 // ZB-H1 (§3, handcrafted, 1F1B's peak memory). One chunk per device. Device d runs, for
 // x = 0, 1, ...:  F x,  I x-(P-1-d),  W x-(P-1)   (each when in [0, B)).
 // Warm-up: P-1-d lone forwards, then d (F, I) pairs; steady state (F, I, W) triples; cool-down
-// P-1-d (I, W) pairs, then d lone W. P = 3, B = 4, T_F = T_I = T_W (one character per slot):
+// P-1-d (I, W) pairs, then d lone W. P = 3, B = 4, T_F = T_I = T_W:
 //
-//   dev 0 | 0 1 2 . . 0 3 1 0 . 2 1 . 3 2 3
-//   dev 1 |   0 1 . 0 2 1 0 3 2 1 . 3 2 3
-//   dev 2 |     0 0 1 1 0 2 2 1 3 3 2 3
-//           (F, I, W of the microbatch shown; see docs/images/zb-h1.svg)
+//   dev 0 | F0 F1 F2 .  .  I0 W0 F3 I1 W1 I2 W2 I3 W3
+//   dev 1 | .  F0 F1 .  I0 F2 I1 W0 F3 I2 W1 I3 W2 W3
+//   dev 2 | .  .  F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3
 //
 // Activations are held from F to W: every device keeps at most P microbatches, 1F1B's peak
-// P*M_a. Bubble (P-1)(T_F + T_I - T_W) per device (when T_W <= T_F + T_I ... see the tests), a
-// third of 1F1B's when T_F = T_I = T_W.
+// P*M_a. Bubble (P-1)(T_F + T_I - T_W) per device whenever T_W <= min(T_F, T_I) (tests), a
+// third of 1F1B's (P-1)(T_F + T_I + T_W) when T_F = T_I = T_W.
 //
 // ZB-V (§6): 2P chunks in a V, chunk c on device c for c < P and on 2P-1-c otherwise, so device d
 // holds chunks d and 2P-1-d and the turn (chunks P-1, P) is local on the last device. Order as in
@@ -24,6 +23,12 @@
 // (I, W) of the first chunk, then the remaining W. Schedules with B < 2P-1 are those of 2P-1
 // microbatches with the missing microbatches' actions left out. Peak memory P*M_a (each chunk holds
 // half a stage), zero bubble when T_F = T_I = T_W and B >= 2P - 1 except the unavoidable ramp.
+// P = 2, B = 4, T_F = T_I = T_W (dev 0 holds chunks 0 and 3, dev 1 holds 1 and 2):
+//
+// clang-format off
+//   dev 0 | 0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 0I2 0W2 0I3 0W3 .
+//   dev 1 | .   1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 1I3 1W2 2W3 1W3
+// clang-format on
 #include <algorithm>
 
 #include "schedule/generators.h"

@@ -15,6 +15,7 @@ using schedule::Action;
 using schedule::ActionKind;
 
 constexpr double kUnknown = -1.0;  // every real time is >= 0
+constexpr double kWaiting = -2.0;  // -2 - d: device d waits for it
 
 // What a blocked device can wait for: a forward input, an output gradient, an I (for its W).
 enum Event { kFwdIn = 0, kGradIn = 1, kIEnd = 2 };
@@ -29,7 +30,6 @@ class Simulator {
     lowered_ = s_.is_lowered();
     const size_t n = static_cast<size_t>(C_) * M_;
     for (auto& v : event_) v.assign(n, kUnknown);
-    for (auto& v : waiter_) v.assign(n, -1);
     if (lowered_) {
       recv_post_[0].assign(n, kUnknown);
       recv_post_[1].assign(n, kUnknown);
@@ -47,6 +47,8 @@ class Simulator {
       out_.timing.resize(P_);
       for (int d = 0; d < P_; ++d) out_.timing[d].resize(s_.actions[d].size());
       out_.activation.resize(P_);
+      for (int d = 0; d < P_; ++d) out_.activation[d].reserve(2 * s_.actions[d].size() / 3 + 1);
+      out_.transfers.reserve(static_cast<size_t>(s_.num_actions() / 3 + 1));
     }
     if (P_ <= 1024) link_index_.assign(static_cast<size_t>(P_) * P_, -1);
 
@@ -63,7 +65,8 @@ class Simulator {
   }
 
  private:
-  size_t at(int c, int m) const { return static_cast<size_t>(c) * M_ + m; }
+  // Microbatch-major, so a chunk and its neighbours share a cache line.
+  size_t at(int c, int m) const { return static_cast<size_t>(m) * C_ + c; }
   int dev(int c) const { return s_.chunk_device[c]; }
 
   void check_inputs() const {
@@ -85,11 +88,9 @@ class Simulator {
   // Sets an event time and wakes the device waiting for it.
   void fire(Event e, int c, int m, double t) {
     const size_t i = at(c, m);
+    const double before = event_[e][i];
     event_[e][i] = t;
-    if (int w = waiter_[e][i]; w >= 0) {
-      waiter_[e][i] = -1;
-      ready_.push_back(w);
-    }
+    if (before <= kWaiting) ready_.push_back(static_cast<int>(-before) - 2);
     if (e != kIEnd && opt_.timeline && lowered_) {
       if (int k = recv_at_[e][i]; k >= 0) out_.timing[dev(c)][k].end_ms = t;
     }
@@ -113,7 +114,8 @@ class Simulator {
   void send(int src, int dst, Event e, int consumer, int m, double t, double bytes,
             const Action& what, int send_index) {
     const int l = link_of(src, dst);
-    links_[l].queue.push_back({consumer, m, e, t, bytes, what, send_index});
+    (void)what;
+    links_[l].queue.push_back({consumer, m, e, send_index, t, bytes});
     drain(l);
   }
 
@@ -131,11 +133,23 @@ class Simulator {
       link.bytes += p.bytes;
       link.messages += 1;
       if (opt_.timeline) {
-        out_.transfers.push_back({link.src, link.dst, p.what, p.bytes, start, arrive});
+        // The producing chunk: the consumer's previous chunk (activation) or next one (gradient).
+        const Action what = p.event == kFwdIn
+                                ? Action{ActionKind::SEND_F, s_.prev_chunk(p.consumer), p.m}
+                                : Action{ActionKind::SEND_B, s_.next_chunk(p.consumer), p.m};
+        out_.transfers.push_back({link.src, link.dst, what, p.bytes, start, arrive});
         if (p.send_index >= 0) out_.timing[link.src][p.send_index].end_ms = arrive;
       }
       ++link.head;
       fire(p.event, p.consumer, p.m, arrive);
+    }
+    // Keep only what is still pending (memory stays bounded by the transfers in flight).
+    if (link.head == link.queue.size()) {
+      link.queue.clear();
+      link.head = 0;
+    } else if (link.head > 64 && 2 * link.head > link.queue.size()) {
+      link.queue.erase(link.queue.begin(), link.queue.begin() + static_cast<long>(link.head));
+      link.head = 0;
     }
   }
 
@@ -175,7 +189,7 @@ class Simulator {
           double ready = 0;
           if (p >= 0) {
             ready = event_[kFwdIn][i];
-            if (ready == kUnknown) return wait(kFwdIn, i, d);
+            if (ready < 0) return wait(kFwdIn, i, d);
           }
           double end;
           compute(d, k, ready, cost.forward_ms, &end);
@@ -195,7 +209,7 @@ class Simulator {
           double ready = 0;
           if (nx >= 0) {
             ready = event_[kGradIn][i];
-            if (ready == kUnknown) return wait(kGradIn, i, d);
+            if (ready < 0) return wait(kGradIn, i, d);
           }
           const bool full = a.kind == ActionKind::B;
           double end;
@@ -215,7 +229,7 @@ class Simulator {
         }
         case ActionKind::W: {
           const double ready = event_[kIEnd][i];
-          if (ready == kUnknown) return wait(kIEnd, i, d);
+          if (ready < 0) return wait(kIEnd, i, d);
           double end;
           compute(d, k, ready, cost.backward_weight_ms, &end);
           hold(d, -cost.activation_bytes, end);
@@ -249,7 +263,8 @@ class Simulator {
     }
   }
 
-  void wait(Event e, size_t i, int d) { waiter_[e][i] = d; }
+  // Device d waits for event e of slot i (unknown until then): remember it in the slot itself.
+  void wait(Event e, size_t i, int d) { event_[e][i] = -2.0 - d; }
 
   [[noreturn]] void stalled() const {
     std::string why;
@@ -307,10 +322,9 @@ class Simulator {
     int consumer;
     int m;
     Event event;
+    int send_index;  // position of the SEND in the sender's list, -1 when implicit
     double send_ms;
     double bytes;
-    Action what;
-    int send_index;  // position of the SEND in the sender's list, -1 when implicit
   };
   struct Link {
     int src;
@@ -328,8 +342,8 @@ class Simulator {
   SimOptions opt_;
   int P_, C_, M_;
   bool lowered_ = false;
+  // Per event and (chunk, microbatch): its time (>= 0), kUnknown, or -2-d when device d waits.
   std::vector<double> event_[3];
-  std::vector<int> waiter_[3];
   std::vector<double> recv_post_[2];  // by Event kFwdIn / kGradIn: when the RECV was posted
   std::vector<int> recv_at_[2];       // position of that RECV in its list (timeline only)
   std::vector<int> pos_;

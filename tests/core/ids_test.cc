@@ -1,9 +1,9 @@
 #include "core/ids.h"
 
+#include <gtest/gtest.h>
+
 #include <type_traits>
 #include <unordered_set>
-
-#include <gtest/gtest.h>
 
 namespace bw {
 namespace {

@@ -132,22 +132,34 @@ TEST(Generate, HanayoMatchesTheFigureForTwoDevicesOneWave) {
   EXPECT_EQ(text(1), "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1 ");
 }
 
-TEST(Generate, HanayoBeyondPKeepsAtMostPMicrobatchesInFlight) {
-  // Microbatch m enters (F on chunk 0) only after microbatch m-P left (B on chunk 0): on device 0
-  // the F of chunk 0 for m comes after the B of chunk 0 for m-P.
-  for (int P : {2, 3, 4})
-    for (int W : {1, 2})
-      for (int B : {P + 1, 2 * P, 3 * P + 1}) {
+TEST(Generate, HanayoBeyondPRunsGroupsOfPOneSweepApart) {
+  // Microbatch m = gP + j enters at t_m = 2j + gS: ordering device 0 by the keys
+  // F(s,m) = t_m + s and B(s,m) = t_m + 2S-1-s (backward first on ties) gives its list, and at
+  // most 2P microbatches are in flight (m enters after m - 2P left chunk 0).
+  for (int P : {1, 2, 3, 4, 5})
+    for (int W : {1, 2, 3})
+      for (int B : {P + 1, 2 * P, 3 * P + 1, 5 * P}) {
+        const int S = 2 * W * P;
         const Schedule s =
             generate({.kind = "hanayo", .devices = P, .microbatches = B, .waves = W});
+        for (int d = 0; d < P; ++d) {
+          std::vector<long long> keys;
+          for (const auto& a : s.actions[d]) {
+            const long long t = 2LL * (a.microbatch % P) + 1LL * S * (a.microbatch / P);
+            keys.push_back(a.kind == ActionKind::F ? 2 * (t + a.chunk) + 1
+                                                   : 2 * (t + 2 * S - 1 - a.chunk));
+          }
+          EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()))
+              << "P=" << P << " W=" << W << " B=" << B << " device " << d;
+        }
         std::map<std::pair<int, int>, int> at;
         for (int k = 0; k < static_cast<int>(s.actions[0].size()); ++k) {
           const auto& a = s.actions[0][k];
           if (a.chunk == 0) at[{static_cast<int>(a.kind), a.microbatch}] = k;
         }
-        for (int m = P; m < B; ++m)
+        for (int m = 2 * P; m < B; ++m)
           EXPECT_GT((at[{static_cast<int>(ActionKind::F), m}]),
-                    (at[{static_cast<int>(ActionKind::B), m - P}]))
+                    (at[{static_cast<int>(ActionKind::B), m - 2 * P}]))
               << "P=" << P << " W=" << W << " B=" << B << " m=" << m;
       }
 }

@@ -164,7 +164,8 @@ TEST(Validate, DryRunStepsOfOneFOneBInUnitTime) {
   // P devices, B microbatches, every action one step: makespan 2(B + P - 1).
   for (int P : {1, 2, 4})
     for (int B : {P, 2 * P}) {
-      auto r = check(generate({.kind = "1f1b", .devices = P, .microbatches = B}));
+      auto r =
+          check(generate({.kind = "1f1b", .devices = P, .microbatches = B}), {.count_steps = true});
       ASSERT_TRUE(r.ok) << r.problem;
       EXPECT_EQ(r.steps, 2 * (B + P - 1)) << "P=" << P << " B=" << B;
     }

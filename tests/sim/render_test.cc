@@ -1,0 +1,63 @@
+#include "sim/render.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/generate.h"
+
+namespace bw::sim {
+namespace {
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(Render, ChromeTraceHasATrackPerDeviceASliceperComputeAndFlows) {
+  const auto s = schedule::lower(
+      schedule::generate({.kind = "hanayo", .devices = 4, .microbatches = 4, .waves = 1}));
+  const auto r = simulate(s, stage_costs(s, {.output_bytes = 1e6}));
+  const auto doc = nlohmann::json::parse(chrome_trace(s, r));
+  int slices = 0, flows_start = 0, flows_end = 0, devices = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "X" && e["tid"].get<int>() < 4) ++slices;
+    if (ph == "s") ++flows_start;
+    if (ph == "f") ++flows_end;
+    if (ph == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"].get<std::string>().rfind("device", 0) == 0)
+      ++devices;
+  }
+  EXPECT_EQ(devices, 4);
+  EXPECT_EQ(slices, 8 * 4 * 2);  // 8 chunks x 4 microbatches x (F, B)
+  EXPECT_EQ(flows_start, static_cast<int>(r.transfers.size()));
+  EXPECT_EQ(flows_end, flows_start);
+  EXPECT_GT(flows_start, 0);
+  EXPECT_DOUBLE_EQ(doc["otherData"]["makespan_ms"].get<double>(), r.makespan_ms);
+}
+
+TEST(Render, SvgDrawsABoxPerComputeAndALegend) {
+  const auto s = schedule::generate({.kind = "zb-h1", .devices = 3, .microbatches = 4});
+  const auto r = simulate(s, stage_costs(s, {}));
+  const std::string svg = svg_timeline(s, r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<title>"), 3 * 4 * 3);  // F, I, W per device and microbatch
+  EXPECT_NE(svg.find("backward, weights (W)"), std::string::npos);
+  EXPECT_NE(svg.find("zb-h1"), std::string::npos);
+}
+
+TEST(Render, AsciiShowsEveryDeviceAndIdleSlots) {
+  const auto s = schedule::generate({.kind = "1f1b", .devices = 3, .microbatches = 4});
+  const auto r = simulate(s, stage_costs(s, {}));
+  const std::string text = ascii_timeline(s, r);
+  EXPECT_EQ(text,
+            "dev 0 | F0 F1 F2 .  .  .  .  B0--- F3 B1--- .  B2--- .  B3---\n"
+            "dev 1 | .  F0 F1 .  .  B0--- F2 B1--- F3 B2--- .  B3--- .  .\n"
+            "dev 2 | .  .  F0 B0--- F1 B1--- F2 B2--- F3 B3--- .  .  .  .\n");
+}
+
+}  // namespace
+}  // namespace bw::sim
