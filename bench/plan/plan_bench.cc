@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "plan/reconfigure.h"
+#include "plan/schedule_aware.h"
 #include "plan/synth.h"
 
 namespace bw::plan {
@@ -65,6 +66,29 @@ BENCHMARK(BM_Templates)
     ->ArgsProduct({{96}, {4}, {1}, {80, 1000000}})
     ->ArgsProduct({{96}, {32}, {1, 2, 4, 8}, {80, 1000000}})
     ->ArgsProduct({{96}, {64}, {8}, {80, 1000000}})
+    ->Unit(benchmark::kMillisecond);
+
+// Schedule-aware: the search, then each template simulated under 1f1b, interleaved and Hanayo
+// W = 1, 2 (two simulations each) to pick its schedule. args: blocks, nodes, g.
+void BM_TemplatesScheduleAware(benchmark::State& state) {
+  const int blocks = static_cast<int>(state.range(0));
+  Profile p = gpt3(blocks);
+  Cluster c = cluster_of(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), 80);
+  TemplateOptions o = options(64);
+  o.schedule_kinds = simulated_schedule_kinds();
+  o.evaluator = simulator_evaluator(p, c);
+  size_t count = 0;
+  for (auto _ : state) {
+    TemplateSet set = generate_templates(p, c, o);
+    count = set.templates.size();
+    benchmark::DoNotOptimize(set);
+  }
+  state.counters["templates"] = static_cast<double>(count);
+  state.counters["peak_rss_mb"] = peak_rss_mb();
+}
+BENCHMARK(BM_TemplatesScheduleAware)
+    ->ArgNames({"blocks", "nodes", "g"})
+    ->Args({96, 64, 8})
     ->Unit(benchmark::kMillisecond);
 
 // Templates for a GPT-3 6.7B-class profile so that small pipelines exist at every scale, then

@@ -81,16 +81,14 @@ std::string runs(const std::vector<int>& v) {
 
 void print_templates(const plan::TemplateSet& set) {
   fmt::print(
-      "Templates (time and memory at the m microbatches each was optimised for; "
-      "\"3x2\" = three stages of 2)\n");
+      "Templates (chunks in model order, one per stage for 1f1b; time and memory at m; "
+      "\"3x2\" = three of 2)\n");
   fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12} {:>9}\n", "nodes", "stages",
-             "layers/stage", "devices/stage", "schedule", "m", "time ms", "mem GB");
+             "layers/chunk", "devices/stage", "schedule", "m", "time ms", "mem GB");
   for (const auto& t : set.templates) {
     std::vector<int> layers, devices;
-    for (const auto& s : t.stages) {
-      layers.push_back(s.num_layers);
-      devices.push_back(s.num_devices);
-    }
+    for (const auto& c : t.chunks) layers.push_back(c.num_layers);
+    for (const auto& s : t.stages) devices.push_back(s.num_devices);
     fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
                t.num_stages(), runs(layers), runs(devices), t.schedule, t.microbatches,
                t.iteration_ms(t.microbatches), t.peak_memory_bytes / 1e9);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <queue>
 
 #include "core/check.h"
@@ -51,10 +53,13 @@ namespace {
 // with enough pipelines and at least `microbatches` capacity?
 class Knapsack {
  public:
-  Knapsack(const TemplateSet& set, int num_nodes, int fault_tolerance, int microbatches)
+  // Only templates whose busiest node holds <= max_node_bytes of parameters are used.
+  Knapsack(const TemplateSet& set, int num_nodes, int fault_tolerance, int microbatches,
+           double max_node_bytes)
       : set_(set), n_(num_nodes), need_(fault_tolerance + 1), b_(microbatches) {
     for (const auto& t : set.templates)
-      if (t.num_nodes <= num_nodes) usable_.push_back(&t);
+      if (t.num_nodes <= num_nodes && max_node_param_bytes(t) <= max_node_bytes)
+        usable_.push_back(&t);
     // When there are at least as many microbatches as pipelines could ever be, only "enough
     // pipelines" matters (count capped at f + 1); otherwise the count is tracked exactly so it
     // never exceeds the microbatches.
@@ -152,8 +157,50 @@ std::uint64_t to_bits(double d) { return std::bit_cast<std::uint64_t>(d); }
 
 }  // namespace
 
+namespace {
+
+// The min-max pipeline composition among templates holding <= max_node_bytes per node; nullopt
+// when there is none.
+std::optional<Composition> min_max_composition(const TemplateSet& templates, int num_nodes,
+                                               int fault_tolerance, int microbatches,
+                                               double max_node_bytes) {
+  Knapsack ks(templates, num_nodes, fault_tolerance, microbatches, max_node_bytes);
+  const double kHuge = 1e300;
+  if (ks.empty() || ks.solve(kHuge).empty()) return std::nullopt;
+  // Smallest feasible tau: feasibility is monotone, so bisect on the ordered bit patterns of
+  // positive doubles (at most 64 probes, exact to the last bit).
+  std::uint64_t lo = to_bits(0.0), hi = to_bits(kHuge);
+  while (hi - lo > 1) {
+    std::uint64_t mid = lo + (hi - lo) / 2;
+    if (ks.solve(from_bits(mid)).empty()) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  std::vector<int> picked = ks.solve(from_bits(hi));
+  std::map<int, int> counts;
+  for (int t : picked) ++counts[ks.tmpl(t).num_nodes];
+  Composition c;
+  c.counts.assign(counts.begin(), counts.end());
+  // The min-max time of the best split on these pipelines.
+  std::vector<LinearTime> times;
+  for (auto [n, k] : c.counts) {
+    const Template* t = templates.find(n);
+    c.max_node_param_bytes = std::max(c.max_node_param_bytes, max_node_param_bytes(*t));
+    for (int i = 0; i < k; ++i)
+      times.push_back({t->estimate.fixed_ms, t->estimate.per_microbatch_ms});
+  }
+  std::vector<int> m = split_batch(times, microbatches);
+  for (size_t i = 0; i < m.size(); ++i) c.pipeline_ms = std::max(c.pipeline_ms, times[i].at(m[i]));
+  c.step_ms = c.pipeline_ms;
+  return c;
+}
+
+}  // namespace
+
 Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                               int microbatches) {
+                               int microbatches, const Cluster* cluster) {
   if (fault_tolerance < 0)
     throw ConfigError(fmt::format("fault tolerance must be >= 0, got {}", fault_tolerance));
   if (templates.templates.empty())
@@ -173,46 +220,57 @@ Composition choose_composition(const TemplateSet& templates, int num_nodes, int 
                     "--microbatches to >= {}",
                     microbatches, need, fault_tolerance, need));
   }
-  Knapsack ks(templates, num_nodes, fault_tolerance, microbatches);
-  const double kHuge = 1e300;
-  if (ks.solve(kHuge).empty()) {
+  const double kAll = std::numeric_limits<double>::infinity();
+  std::optional<Composition> best =
+      min_max_composition(templates, num_nodes, fault_tolerance, microbatches, kAll);
+  if (!best) {
     throw ConfigError(fmt::format(
         "the templates ({} .. {} nodes) cannot cover exactly {} nodes with >= {} pipelines "
         "and <= {} microbatches' worth of pipelines; change --nodes or --fault-tolerance",
         n0, templates.templates.back().num_nodes, num_nodes, need, microbatches));
   }
-  // Smallest feasible tau: feasibility is monotone, so bisect on the ordered bit patterns of
-  // positive doubles (at most 64 probes, exact to the last bit).
-  std::uint64_t lo = to_bits(0.0), hi = to_bits(kHuge);
-  while (hi - lo > 1) {
-    std::uint64_t mid = lo + (hi - lo) / 2;
-    if (ks.solve(from_bits(mid)).empty()) {
-      lo = mid;
-    } else {
-      hi = mid;
+  if (cluster == nullptr) return *best;
+  // With the all-reduce: for each bound on the parameter bytes of the busiest node, the min-max
+  // composition under it, scored by pipeline time + all-reduce; the best score wins.
+  auto score = [&](Composition& c) {
+    int pipelines = 0;
+    for (auto [n, k] : c.counts) pipelines += k;
+    c.allreduce_ms = allreduce_ms(pipelines, c.max_node_param_bytes, *cluster);
+    c.step_ms = c.pipeline_ms + c.allreduce_ms;
+  };
+  score(*best);
+  std::vector<double> bounds;
+  for (const auto& t : templates.templates) bounds.push_back(max_node_param_bytes(t));
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  // One pipeline on every node has no all-reduce at all; the bound argument needs P >= 2, so
+  // this candidate is scored on its own.
+  if (fault_tolerance == 0) {
+    if (const Template* whole = templates.find(num_nodes)) {
+      Composition c;
+      c.counts = {{num_nodes, 1}};
+      c.max_node_param_bytes = max_node_param_bytes(*whole);
+      c.pipeline_ms = whole->iteration_ms(microbatches);
+      score(c);
+      if (c.step_ms < best->step_ms) best = c;
     }
   }
-  std::vector<int> picked = ks.solve(from_bits(hi));
-  std::map<int, int> counts;
-  for (int t : picked) ++counts[ks.tmpl(t).num_nodes];
-  Composition c;
-  c.counts.assign(counts.begin(), counts.end());
-  // The min-max time of the best split on these pipelines.
-  std::vector<LinearTime> times;
-  for (auto [n, k] : c.counts)
-    for (int i = 0; i < k; ++i) {
-      const Template* t = templates.find(n);
-      times.push_back({t->estimate.fixed_ms, t->estimate.per_microbatch_ms});
-    }
-  std::vector<int> m = split_batch(times, microbatches);
-  for (size_t i = 0; i < m.size(); ++i) c.pipeline_ms = std::max(c.pipeline_ms, times[i].at(m[i]));
-  return c;
+  const double unconstrained = best->max_node_param_bytes;
+  for (double q : bounds) {
+    if (q >= unconstrained) break;  // the unconstrained optimum is already scored
+    auto c = min_max_composition(templates, num_nodes, fault_tolerance, microbatches, q);
+    if (!c) continue;
+    score(*c);
+    if (c->step_ms < best->step_ms) best = c;
+  }
+  return *best;
 }
 
 Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
                  int fault_tolerance, int microbatches, const Cluster& cluster) {
   const int num_nodes = static_cast<int>(nodes.size());
-  Composition comp = choose_composition(templates, num_nodes, fault_tolerance, microbatches);
+  Composition comp =
+      choose_composition(templates, num_nodes, fault_tolerance, microbatches, &cluster);
   Plan plan;
   plan.num_layers = templates.num_layers;
   plan.devices_per_node = templates.devices_per_node;

@@ -1,4 +1,5 @@
-// Instantiation and batch distribution (Oobleck, SOSP'23, section 4.2), solved exactly.
+// Instantiation and batch distribution (Oobleck, SOSP'23, section 4.2): exact for the slowest
+// pipeline, within one all-reduce of optimal for the step time.
 //
 // Batch split: pipeline p takes m_p >= 1 microbatches at time a_p + b_p * m_p (b_p >= 0);
 // minimise the slowest. Greedy on marginal time with a heap is exact for such monotone costs
@@ -10,7 +11,9 @@
 // tau is feasible iff an unbounded knapsack over node counts (state: nodes used, pipelines so
 // far capped at f + 1) reaches capacity >= B with at most B pipelines. Feasibility is monotone in
 // tau and the optimum is one of the values a_n + b_n * k, so a search over those values is exact.
-// O(N * |templates| * (f + 2)) per probe, no enumeration of partitions.
+// O(N * |templates| * (f + 2)) per probe (bisection over the bits of tau: <= 64 probes), no
+// enumeration of partitions. instantiate() repeats this per bound on the busiest node's
+// parameter bytes to account for the gradient all-reduce (see Composition below).
 #pragma once
 
 #include <vector>
@@ -41,12 +44,22 @@ Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_toleranc
                  const Cluster& cluster);
 
 // Pipeline counts per template node count chosen by instantiate's optimisation (exposed for
-// tests): returns (node count, pipelines) pairs, ascending by node count, and the min-max time.
+// tests): (node count, pipelines) pairs, ascending by node count, and the predicted times.
+//
+// Without a cluster: the exact min-max pipeline time. With one, the step time
+// (pipeline + gradient all-reduce, plan.h) is minimised over bounds q on the parameter bytes of
+// the busiest node: for each q, the exact min-max composition among templates within q, scored
+// with its all-reduce. The all-reduce of P >= 2 pipelines is 2 (P - 1) / P * q over the network,
+// between q and 2q, so the result is within one optimal all-reduce of the optimal step time
+// (and exact in the pipeline part for its q); docs/planning.md.
 struct Composition {
   std::vector<std::pair<int, int>> counts;
   double pipeline_ms = 0;
+  double allreduce_ms = 0;
+  double step_ms = 0;
+  double max_node_param_bytes = 0;
 };
 Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                               int microbatches);
+                               int microbatches, const Cluster* cluster = nullptr);
 
 }  // namespace bw::plan

@@ -21,6 +21,19 @@ std::vector<NodeId> Plan::nodes() const {
   return all;
 }
 
+std::optional<Placement> Plan::locate(const DeviceRef& device) const {
+  for (size_t p = 0; p < pipelines.size(); ++p) {
+    const Pipeline& pl = pipelines[p];
+    for (int s = 0; s < pl.tmpl.num_stages(); ++s) {
+      const Stage& st = pl.tmpl.stages[s];
+      if (pl.node_of_stage(s) == device.node && device.device >= st.first_device &&
+          device.device < st.first_device + st.num_devices)
+        return Placement{static_cast<int>(p), s};
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<DeviceRef> Plan::replicas(int layer) const {
   std::vector<DeviceRef> out;
   for (const auto& p : pipelines) {
@@ -55,6 +68,17 @@ void validate_plan(const Plan& plan) {
     }
     BW_CHECK(layer == plan.num_layers, "pipeline {} covers {} of {} layers", i, layer,
              plan.num_layers);
+    int chunk_layer = 0;
+    for (const auto& c : p.tmpl.chunks) {
+      BW_CHECK(c.first_layer == chunk_layer && c.num_layers >= 1,
+               "pipeline {}: chunk [{}, {}) does not follow layer {}", i, c.first_layer,
+               c.end_layer(), chunk_layer);
+      BW_CHECK(c.stage >= 0 && c.stage < p.tmpl.num_stages(), "pipeline {}: chunk on stage {}", i,
+               c.stage);
+      chunk_layer = c.end_layer();
+    }
+    BW_CHECK(chunk_layer == plan.num_layers, "pipeline {}: chunks cover {} of {} layers", i,
+             chunk_layer, plan.num_layers);
     for (int n = 0; n < p.tmpl.num_nodes; ++n)
       BW_CHECK(used[n] == plan.devices_per_node, "pipeline {}: node {} uses {} of {} devices", i, n,
                used[n], plan.devices_per_node);
@@ -63,74 +87,30 @@ void validate_plan(const Plan& plan) {
            plan.global_microbatches);
 }
 
+double max_node_param_bytes(const Template& t) {
+  std::vector<double> node_bytes(t.num_nodes, 0);
+  for (const auto& st : t.stages) node_bytes[st.node] += st.param_bytes;
+  return *std::max_element(node_bytes.begin(), node_bytes.end());
+}
+
+double allreduce_ms(int pipelines, double node_param_bytes, const Cluster& cluster) {
+  if (pipelines < 2) return 0;
+  return cluster.transfer_ms(2.0 * (pipelines - 1) / pipelines * node_param_bytes, false);
+}
+
 void update_predictions(Plan& plan, const Cluster& cluster) {
   const int num_pipelines = static_cast<int>(plan.pipelines.size());
   plan.pipeline_ms = 0;
-  plan.allreduce_ms = 0;
+  double node_bytes = 0;
   for (auto& p : plan.pipelines) {
     p.iteration_ms = p.tmpl.iteration_ms(p.microbatches);
     plan.pipeline_ms = std::max(plan.pipeline_ms, p.iteration_ms);
-    if (num_pipelines < 2) continue;
-    // Ring all-reduce of each layer's gradients over its replicas: every node sends and
-    // receives 2 (P - 1) / P of the parameter bytes it holds through its network link.
-    std::vector<double> node_bytes(p.tmpl.num_nodes, 0);
-    for (const auto& st : p.tmpl.stages) node_bytes[st.node] += st.param_bytes;
-    for (double bytes : node_bytes) {
-      double ms = cluster.transfer_ms(2.0 * (num_pipelines - 1) / num_pipelines * bytes, false);
-      plan.allreduce_ms = std::max(plan.allreduce_ms, ms);
-    }
+    node_bytes = std::max(node_bytes, max_node_param_bytes(p.tmpl));
   }
+  plan.allreduce_ms = allreduce_ms(num_pipelines, node_bytes, cluster);
   plan.step_ms = plan.pipeline_ms + plan.allreduce_ms;
   plan.samples_per_s =
       plan.step_ms > 0 ? plan.global_microbatches * plan.microbatch_size / (plan.step_ms / 1e3) : 0;
-}
-
-json::Json to_json(const Template& t) {
-  json::Json j;
-  j["nodes"] = t.num_nodes;
-  j["schedule"] = t.schedule;
-  j["microbatches"] = t.microbatches;
-  j["iteration_ms"] = t.iteration_ms(t.microbatches);
-  j["fixed_ms"] = t.estimate.fixed_ms;
-  j["per_microbatch_ms"] = t.estimate.per_microbatch_ms;
-  j["bottleneck_stage"] = t.bottleneck;
-  j["peak_memory_bytes"] = t.peak_memory_bytes;
-  j["stages"] = json::Json::array();
-  for (const auto& s : t.stages) {
-    j["stages"].push_back({{"first_layer", s.first_layer},
-                           {"num_layers", s.num_layers},
-                           {"node", s.node},
-                           {"first_device", s.first_device},
-                           {"num_devices", s.num_devices},
-                           {"stage_ms", s.stage_ms},
-                           {"comm_ms", s.comm_ms},
-                           {"memory_bytes", s.memory_bytes}});
-  }
-  return j;
-}
-
-json::Json to_json(const Plan& plan) {
-  json::Json j;
-  j["generation"] = plan.generation;
-  j["num_layers"] = plan.num_layers;
-  j["devices_per_node"] = plan.devices_per_node;
-  j["microbatch_size"] = plan.microbatch_size;
-  j["global_microbatches"] = plan.global_microbatches;
-  j["pipeline_ms"] = plan.pipeline_ms;
-  j["allreduce_ms"] = plan.allreduce_ms;
-  j["step_ms"] = plan.step_ms;
-  j["samples_per_s"] = plan.samples_per_s;
-  j["pipelines"] = json::Json::array();
-  for (const auto& p : plan.pipelines) {
-    json::Json pj;
-    pj["nodes"] = json::Json::array();
-    for (NodeId n : p.nodes) pj["nodes"].push_back(n.value());
-    pj["microbatches"] = p.microbatches;
-    pj["iteration_ms"] = p.iteration_ms;
-    pj["template"] = to_json(p.tmpl);
-    j["pipelines"].push_back(std::move(pj));
-  }
-  return j;
 }
 
 }  // namespace bw::plan

@@ -3,10 +3,13 @@
 //
 // Invariants (checked by validate_plan): pipelines use disjoint nodes; each pipeline has exactly
 // tmpl.num_nodes nodes and >= 1 microbatch; microbatches add up to global_microbatches; every
-// template covers every layer once. Device (node, local) holds the layers of the stage placed on
-// it. Plain data: copy freely, no thread-safety concerns.
+// template covers every layer once. Device (node, local) holds the layers of the chunks of the
+// stage placed on it (Template::layers_of_stage); schedule_aware.h turns a template's schedule
+// into a schedule::ScheduleSpec whose devices are the template's stages. Plain data: copy freely,
+// no thread-safety concerns.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,12 @@ struct DeviceRef {
   auto operator<=>(const DeviceRef&) const = default;
 };
 
+// Where a device sits in a plan.
+struct Placement {
+  int pipeline = 0;
+  int stage = 0;
+};
+
 struct Plan {
   int generation = 0;
   int num_layers = 0;
@@ -46,6 +55,8 @@ struct Plan {
 
   int num_nodes() const;
   std::vector<NodeId> nodes() const;  // ascending
+  // The pipeline and stage a device runs; nullopt for a device not in the plan.
+  std::optional<Placement> locate(const DeviceRef& device) const;
   // Devices holding `layer` across all pipelines (one replica per pipeline, on each of the
   // stage's devices).
   std::vector<DeviceRef> replicas(int layer) const;
@@ -62,10 +73,20 @@ struct LayerCopy {
 // Throws InternalError naming the broken invariant.
 void validate_plan(const Plan& plan);
 
+// Parameter bytes held by the template's busiest node (sum over its stages).
+double max_node_param_bytes(const Template& t);
+// Ring all-reduce over `pipelines` replicas: each node moves 2 (P - 1) / P of the parameter
+// bytes it holds over its network link; 0 for one pipeline.
+double allreduce_ms(int pipelines, double node_param_bytes, const Cluster& cluster);
+
 // Recomputes pipeline_ms, allreduce_ms, step_ms, samples_per_s from pipelines.
 void update_predictions(Plan& plan, const Cluster& cluster);
 
+// JSON for programs (`breakwater plan --json`, plan publication by the coordinator). from_json
+// reads what to_json writes (every field), throwing ConfigError naming a missing or bad field.
 json::Json to_json(const Plan& plan);
 json::Json to_json(const Template& t);
+Plan plan_from_json(const json::Json& doc);
+Template template_from_json(const json::Json& doc);
 
 }  // namespace bw::plan

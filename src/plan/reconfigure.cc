@@ -70,13 +70,13 @@ std::vector<LayerCopy> layer_copies(const Plan& prev, const Plan& next,
                                     const std::vector<NodeId>& dead) {
   const int g = prev.devices_per_node;
   const std::set<NodeId> dead_set(dead.begin(), dead.end());
-  // What each device held before: one stage, so one layer range.
-  std::unordered_map<long long, std::pair<int, int>> held;
+  // What each device held before: the chunks of its stage.
+  std::unordered_map<long long, std::vector<std::pair<int, int>>> held;
   for (const auto& p : prev.pipelines)
     for (int s = 0; s < p.tmpl.num_stages(); ++s) {
       const Stage& st = p.tmpl.stages[s];
       for (int d = 0; d < st.num_devices; ++d)
-        held[key({p.node_of_stage(s), st.first_device + d}, g)] = {st.first_layer, st.end_layer()};
+        held[key({p.node_of_stage(s), st.first_device + d}, g)] = p.tmpl.layers_of_stage(s);
     }
   // Live sources per layer, in plan order; used round-robin to spread the transfers.
   std::vector<std::vector<DeviceRef>> sources(prev.num_layers);
@@ -93,14 +93,18 @@ std::vector<LayerCopy> layer_copies(const Plan& prev, const Plan& next,
       for (int d = 0; d < st.num_devices; ++d) {
         DeviceRef to{p.node_of_stage(s), st.first_device + d};
         auto it = held.find(key(to, g));
-        for (int l = st.first_layer; l < st.end_layer(); ++l) {
-          if (it != held.end() && l >= it->second.first && l < it->second.second) continue;
-          if (sources[l].empty()) {
-            lost.push_back(l);
-            continue;
+        for (auto [first, end] : p.tmpl.layers_of_stage(s))
+          for (int l = first; l < end; ++l) {
+            bool had = false;
+            if (it != held.end())
+              for (auto [a, b] : it->second) had = had || (l >= a && l < b);
+            if (had) continue;
+            if (sources[l].empty()) {
+              lost.push_back(l);
+              continue;
+            }
+            copies.push_back({LayerId(l), to, sources[l][turn[l]++ % sources[l].size()]});
           }
-          copies.push_back({LayerId(l), to, sources[l][turn[l]++ % sources[l].size()]});
-        }
       }
     }
   if (!lost.empty()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "schedule/generate.h"
 #include "sim/predict.h"
 
 namespace bw::plan {
@@ -35,6 +36,10 @@ schedule::ScheduleSpec spec_of(const std::string& kind, int devices, int microba
 }
 
 }  // namespace
+
+schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches) {
+  return spec_of(t.schedule, t.num_stages(), microbatches);
+}
 
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
                                       double state_bytes_per_param_byte) {
@@ -87,10 +92,28 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
     auto a = run(m), b = run(2 * m);
     if (!a || !b) return std::nullopt;
     ScheduleEstimate e;
+    if (!own_partition) {
+      // The chunks as sim::predict partitioned them: balanced over the schedule's model stages,
+      // chunk c on the schedule device (= template stage) chunk_placement gives.
+      spec.microbatches = m;
+      const std::vector<int> chunk_stage = schedule::chunk_stages(spec);
+      const std::vector<int> placement = schedule::chunk_placement(spec);
+      const int model_stages = *std::max_element(chunk_stage.begin(), chunk_stage.end()) + 1;
+      if (model_stages != static_cast<int>(chunk_stage.size())) return std::nullopt;
+      const std::vector<int> begin = sim::balanced_partition(layers, model_stages);
+      for (size_t c = 0; c < chunk_stage.size(); ++c) {
+        const int ms = chunk_stage[c];
+        e.chunks.push_back({begin[ms], begin[ms + 1] - begin[ms], placement[c]});
+      }
+      std::sort(e.chunks.begin(), e.chunks.end(),
+                [](const Chunk& x, const Chunk& y) { return x.first_layer < y.first_layer; });
+    }
+    for (size_t d = 0; d < a->peak_activation_bytes.size(); ++d)
+      e.stage_memory_bytes.push_back(a->peak_activation_bytes[d] +
+                                     state_bytes_per_param_byte * a->param_bytes[d]);
     e.per_microbatch_ms = (b->iteration_ms - a->iteration_ms) / m;
     e.fixed_ms = a->iteration_ms - e.per_microbatch_ms * m;
-    e.peak_memory_bytes = std::max(a->peak_memory_bytes(state_bytes_per_param_byte),
-                                   b->peak_memory_bytes(state_bytes_per_param_byte));
+    e.peak_memory_bytes = a->peak_memory_bytes(state_bytes_per_param_byte);
     return e;
   };
 }

@@ -12,18 +12,25 @@
 // inter-node link when the template spans nodes, the intra-node link otherwise.
 //
 // The estimate is linear in the microbatch count, fitted through simulations at m and 2m
-// (m = the template's microbatches); peak memory is the larger of the two.
+// (m = the template's microbatches); peak memory is the simulation's at m, like the closed-form
+// model's (a plan that gives a pipeline more microbatches than m may hold more in flight).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "plan/templates.h"
+#include "schedule/generate.h"
 
 namespace bw::plan {
 
 // "1f1b", "interleaved", "hanayo-w1", "hanayo-w2".
 std::vector<std::string> simulated_schedule_kinds();
+
+// The schedule a pipeline of template `t` runs with `microbatches`: devices = t's stages (stage
+// s = schedule device s), chunk c = t.chunks[c]. For schedule::generate. ConfigError for a kind
+// not in simulated_schedule_kinds().
+schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches);
 
 // The evaluator for TemplateOptions. Unknown kinds are a ConfigError listing the known ones;
 // kinds that cannot run a template (too few layers or microbatches, mixed device counts) give

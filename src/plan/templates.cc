@@ -1,6 +1,7 @@
 #include "plan/templates.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -13,7 +14,7 @@ namespace {
 struct Label {
   double max_ms;  // bottleneck stage time of the suffix
   double sum_ms;  // sum of the suffix's stage times
-  int stages;     // stages in the suffix, capped at m (only min(m, stages + 1) matters)
+  int stages;     // stages in the suffix, capped at stage_cap (see generate_templates)
   int end;        // first stage's layers are [i, end)
   int devices;    // first stage's device count
   int prev;       // label index in state (end, u - devices)
@@ -42,13 +43,68 @@ void prune(std::vector<Label>& cand, std::vector<Label>& out) {
   }
 }
 
+// Iteration time of one feasible pipeline on n nodes: one stage of g devices per node, layers
+// split so the largest stage compute is minimal (bisection + greedy), then extra splits to make
+// exactly n stages. +inf when it does not fit or n > L.
+double balanced_bound(const CostModel& model, int n) {
+  const int L = model.num_layers(), g = model.devices_per_node();
+  if (n > L) return std::numeric_limits<double>::infinity();
+  auto greedy = [&](double cap, std::vector<int>& starts) {
+    starts.assign(1, 0);
+    int first = 0;
+    for (int l = 0; l < L; ++l) {
+      if (l > first && model.compute_ms(first, l - first + 1) > cap) {
+        starts.push_back(l);
+        first = l;
+      }
+    }
+    return static_cast<int>(starts.size());
+  };
+  double lo = 0, hi = model.compute_ms(0, L);
+  std::vector<int> starts;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = (lo + hi) / 2;
+    if (greedy(mid, starts) <= n) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  greedy(hi, starts);
+  // Split the longest stages until there are exactly n.
+  while (static_cast<int>(starts.size()) < n) {
+    int best = -1, best_len = 1;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int end = k + 1 < starts.size() ? starts[k + 1] : L;
+      if (end - starts[k] > best_len) best_len = end - starts[k], best = static_cast<int>(k);
+    }
+    if (best < 0) return std::numeric_limits<double>::infinity();
+    starts.insert(starts.begin() + best + 1, starts[best] + best_len / 2);
+  }
+  if (static_cast<int>(starts.size()) > n) return std::numeric_limits<double>::infinity();
+  std::vector<StageShape> shape;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const int end = k + 1 < starts.size() ? starts[k + 1] : L;
+    shape.push_back({starts[k], end - starts[k], g});
+  }
+  PipelineCost c = model.evaluate(shape, n);
+  return c.fits ? c.iteration_ms : std::numeric_limits<double>::infinity();
+}
+
 }  // namespace
 
 int Template::stage_of_layer(int layer) const {
-  for (int s = 0; s < num_stages(); ++s)
-    if (layer < stages[s].end_layer()) return s;
-  BW_CHECK(false, "layer {} beyond the template's {} stages", layer, num_stages());
+  for (const auto& c : chunks)
+    if (layer >= c.first_layer && layer < c.end_layer()) return c.stage;
+  BW_CHECK(false, "layer {} is in none of the template's {} chunks", layer, chunks.size());
   return -1;
+}
+
+std::vector<std::pair<int, int>> Template::layers_of_stage(int stage) const {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& c : chunks)
+    if (c.stage == stage) out.emplace_back(c.first_layer, c.end_layer());
+  return out;
 }
 
 std::optional<int> TemplateSet::min_nodes() const {
@@ -91,6 +147,7 @@ Template make_template(const CostModel& model, const std::vector<StageShape>& sh
     st.param_bytes = model.param_bytes(sh.first_layer, sh.num_layers);
     st.memory_bytes = cost.stage_memory[s];
     t.stages.push_back(st);
+    t.chunks.push_back({sh.first_layer, sh.num_layers, static_cast<int>(s)});
     offset += sh.num_devices;
   }
   t.sum_stage_ms = cost.sum_ms;
@@ -113,9 +170,28 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   BW_CHECK(min_nodes <= max_nodes, "node range [{}, {}] is empty", min_nodes, max_nodes);
   if (!options.schedule_kinds.empty())
     BW_CHECK(static_cast<bool>(options.evaluator), "schedule kinds given without an evaluator");
-  const int U = max_nodes * g;
+  // A node needs at least one layer, so no pipeline spans more than L nodes.
+  const int top_nodes = std::min(max_nodes, L);
+  const int U = top_nodes * g;
   const double mem_limit = cluster.device_memory_bytes();
   const double state = options.cost.state_bytes_per_param_byte;
+
+  // Stage counts in labels only matter through memory checks "in flight <= K" of stage shapes
+  // whose tolerance K = floor((M - state * P) / A) is below min(m, L) (others always fit once
+  // they fit with one microbatch). Counts >= the largest such K fail all of those checks alike,
+  // so they are merged into one (stage_cap); with no memory pressure the count drops out.
+  int stage_cap = 0;
+  for (int i = 0; i < L; ++i)
+    for (int count = 1; i + count <= L; ++count) {
+      const double fixed = state * model.param_bytes(i, count);
+      if (fixed > mem_limit) break;
+      for (int d = 1; d <= g; ++d) {
+        const double act = model.activation_bytes(i, count) / d;
+        if (act <= 0) continue;
+        const double k = std::floor((mem_limit - fixed) / act);
+        if (k >= 1 && k < std::min(m, L)) stage_cap = std::max(stage_cap, static_cast<int>(k));
+      }
+    }
 
   // labels[i * (U + 1) + u]: Pareto set for layers [i, L) on the last u devices.
   std::vector<std::vector<Label>> labels(static_cast<size_t>(L + 1) * (U + 1));
@@ -127,8 +203,23 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   // State (i, u) depends only on states with a larger first layer, so all u of one i are
   // independent: they are split over threads, and each state's result is the same whatever
   // thread computes it (deterministic output).
+  // Upper bounds on each root's optimum from a simple feasible pipeline (one stage of g devices
+  // per node, layers split to balance compute). A label at (i, u) can only end in roots
+  // n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a label above every
+  // such root's bound is never part of an optimum and is dropped (a small relative slack keeps
+  // rounding from dropping an optimum equal to its bound).
+  std::vector<double> bound_from(top_nodes + 2, std::numeric_limits<double>::infinity());
+  {
+    double running = 0;
+    for (int n = top_nodes; n >= 1; --n) {
+      if (n >= min_nodes) running = std::max(running, balanced_bound(model, n));
+      bound_from[n] = running * (1 + 1e-9);
+    }
+  }
+
   auto compute_state = [&](int i, int u, std::vector<Label>& cand) {
     cand.clear();
+    const double bound = bound_from[(u + g - 1) / g];
     // The first stage takes devices [u - d, u) counted from the end; it must not straddle
     // the node boundary below device u - 1.
     const int d_max = (u - 1) % g + 1;
@@ -144,14 +235,33 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
         if (rest > (L - e) * g) continue;
         const auto& next = at(e, rest);
         if (next.empty()) continue;
-        double t = model.stage_compute_ms(i, count, d);
+        const double compute = model.stage_compute_ms(i, count, d);
+        if (m * compute > bound) break;  // cost >= (m - 1) t + t, and compute grows with e
+        double t = compute;
         if (e < L) t += model.comm_ms(e - 1, next_same_node);
-        for (int k = 0; k < static_cast<int>(next.size()); ++k) {
+        // `next` is sorted by max_ms. Labels with max_ms <= t all give bottleneck t, so among
+        // them one dominated in (stages, sum) by an earlier one is dropped right away (pruning
+        // would drop it anyway); the rest are kept for prune().
+        const size_t first_big = static_cast<size_t>(
+            std::upper_bound(next.begin(), next.end(), t,
+                             [](double v, const Label& l) { return v < l.max_ms; }) -
+            next.begin());
+        const size_t before = cand.size();
+        for (size_t k = 0; k < next.size(); ++k) {
           const Label& nl = next[k];
           const int in_flight = std::min(m, nl.stages + 1);
           if (fixed_mem + in_flight * act > mem_limit) continue;
-          cand.push_back(
-              {std::max(t, nl.max_ms), t + nl.sum_ms, std::min(m, nl.stages + 1), e, d, k});
+          const Label c{
+              std::max(t, nl.max_ms), t + nl.sum_ms, std::min(stage_cap, nl.stages + 1), e, d,
+              static_cast<int>(k)};
+          if ((m - 1) * c.max_ms + c.sum_ms > bound) continue;
+          if (k < first_big) {
+            bool dominated = false;
+            for (size_t q = before; q < cand.size() && !dominated; ++q)
+              dominated = dominates(cand[q], c);
+            if (dominated) continue;
+          }
+          cand.push_back(c);
         }
       }
     }
@@ -178,8 +288,7 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   set.num_layers = L;
   set.devices_per_node = g;
   set.microbatch_size = profile.microbatch_size;
-  for (int n = min_nodes; n <= max_nodes; ++n) {
-    if (n * g > L * g) break;  // more nodes than layers: no stage for some node
+  for (int n = min_nodes; n <= top_nodes; ++n) {
     const auto& root = at(0, n * g);
     if (root.empty()) continue;
     int best = -1;
@@ -198,23 +307,52 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
       k = l.prev;
     }
     BW_CHECK(u == 0, "reconstruction left {} devices", u);
-    Template t = make_template(model, shape, n);
-    if (!options.schedule_kinds.empty()) {
-      // Schedule-aware: the kind the evaluator predicts fastest at m, among those that fit.
-      std::optional<std::pair<std::string, ScheduleEstimate>> pick;
-      for (const auto& kind : options.schedule_kinds) {
-        auto est = options.evaluator(t, kind);
-        if (!est || est->peak_memory_bytes > mem_limit) continue;
-        double ms = est->fixed_ms + est->per_microbatch_ms * m;
-        if (!pick || ms < pick->second.fixed_ms + pick->second.per_microbatch_ms * m)
-          pick = std::make_pair(kind, *est);
-      }
-      if (!pick) continue;  // no kind fits this node count
+    set.templates.push_back(make_template(model, shape, n));
+  }
+  if (options.schedule_kinds.empty()) return set;
+
+  // Schedule-aware: the kind the evaluator predicts fastest at m, among those that fit. Node
+  // counts are independent, so they are spread over threads (same result on any thread).
+  auto choose_schedule = [&](Template& t) {
+    std::optional<std::pair<std::string, ScheduleEstimate>> pick;
+    for (const auto& kind : options.schedule_kinds) {
+      auto est = options.evaluator(t, kind);
+      if (!est || est->peak_memory_bytes > mem_limit) continue;
+      double ms = est->fixed_ms + est->per_microbatch_ms * m;
+      if (!pick || ms < pick->second.fixed_ms + pick->second.per_microbatch_ms * m)
+        pick = std::make_pair(kind, *est);
+    }
+    // When no simulated kind fits, the closed-form 1F1B template (which fits under the
+    // closed-form model) stays, so that node counts have no gaps.
+    if (pick) {
       t.schedule = pick->first;
       t.estimate = pick->second;
       t.peak_memory_bytes = pick->second.peak_memory_bytes;
+      if (!t.estimate.chunks.empty()) {
+        t.chunks = t.estimate.chunks;
+        for (auto& st : t.stages) st.param_bytes = 0;
+        for (const auto& c : t.chunks)
+          t.stages[c.stage].param_bytes += model.param_bytes(c.first_layer, c.num_layers);
+      }
+      if (t.estimate.stage_memory_bytes.size() == t.stages.size())
+        for (size_t k = 0; k < t.stages.size(); ++k)
+          t.stages[k].memory_bytes = t.estimate.stage_memory_bytes[k];
+      // The template carries them; the estimate keeps only the time and peak.
+      t.estimate.chunks.clear();
+      t.estimate.stage_memory_bytes.clear();
     }
-    set.templates.push_back(std::move(t));
+  };
+  const int count = static_cast<int>(set.templates.size());
+  if (threads == 1 || count < 2) {
+    for (auto& t : set.templates) choose_schedule(t);
+  } else {
+    std::vector<std::thread> pool;
+    for (int w = 0; w < std::min(threads, count); ++w) {
+      pool.emplace_back([&, w] {
+        for (int k = w; k < count; k += threads) choose_schedule(set.templates[k]);
+      });
+    }
+    for (auto& th : pool) th.join();
   }
   return set;
 }

@@ -12,7 +12,8 @@
 // (tests/plan/templates_test.cc).
 //
 // Schedule-aware templates: after the search, each template may be re-evaluated under other
-// schedule kinds through TemplateOptions::evaluator; the fastest kind that fits memory wins.
+// schedule kinds through TemplateOptions::evaluator; the fastest kind that fits memory wins (if
+// none fits, the closed-form 1F1B template stays).
 #pragma once
 
 #include <functional>
@@ -24,6 +25,10 @@
 
 namespace bw::plan {
 
+// A stage: a group of devices on one node that run the same layers data-parallel (the schedule's
+// "device"). first_layer/num_layers are its layers in the 1F1B partition the search optimised;
+// the layers its devices actually hold under the template's schedule are the template's chunks
+// with this stage (the same single range for 1f1b; several ranges for interleaved and Hanayo).
 struct Stage {
   int first_layer = 0;
   int num_layers = 0;
@@ -40,12 +45,25 @@ struct Stage {
   int end_layer() const { return first_layer + num_layers; }  // one past the last
 };
 
+// A contiguous range of layers run as one unit by one stage's devices (DESIGN.md: chunk), in
+// model order: chunk c + 1 starts where chunk c ends.
+struct Chunk {
+  int first_layer = 0;
+  int num_layers = 0;
+  int stage = 0;  // the stage (device group) that runs it
+
+  int end_layer() const { return first_layer + num_layers; }
+};
+
 // Predicted iteration time as a function of the microbatch count: fixed_ms + per_mb_ms * m.
-// For 1F1B: fixed = sum - max, per_mb = max.
+// For 1F1B: fixed = sum - max, per_mb = max. A kind that re-partitions the layers returns its
+// chunks and per-stage memory; empty means the template's stages as they are.
 struct ScheduleEstimate {
   double fixed_ms = 0;
   double per_microbatch_ms = 0;
   double peak_memory_bytes = 0;
+  std::vector<Chunk> chunks;
+  std::vector<double> stage_memory_bytes;
 };
 
 struct Template {
@@ -53,7 +71,8 @@ struct Template {
   int devices_per_node = 0;
   std::string schedule = "1f1b";  // "1f1b", "interleaved", "hanayo-w1", "hanayo-w2", ...
   std::vector<Stage> stages;
-  int microbatches = 0;  // the m it was optimised for
+  std::vector<Chunk> chunks;  // model order; one per stage, equal to it, for 1f1b
+  int microbatches = 0;       // the m it was optimised for
   double sum_stage_ms = 0;
   double max_stage_ms = 0;
   int bottleneck = 0;
@@ -62,12 +81,15 @@ struct Template {
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   double iteration_ms(int m) const { return estimate.fixed_ms + estimate.per_microbatch_ms * m; }
-  // The stage holding `layer`.
+  // The stage whose devices hold `layer` (through its chunk).
   int stage_of_layer(int layer) const;
+  // The layer ranges [first, end) a stage's devices hold, in model order.
+  std::vector<std::pair<int, int>> layers_of_stage(int stage) const;
 };
 
 // Predicts a template's time and memory under a schedule kind; nullopt if the kind cannot run
-// it (e.g. too few microbatches) or it does not fit. Used for schedule-aware templates.
+// it (e.g. too few microbatches) or it does not fit. Used for schedule-aware templates; called
+// from several threads at once when TemplateOptions::threads > 1, so it must be thread-safe.
 using ScheduleEvaluator =
     std::function<std::optional<ScheduleEstimate>(const Template&, const std::string& kind)>;
 

@@ -155,3 +155,68 @@ TEST(Instantiate, ImpossibleRequestsSayWhatToChange) {
 
 }  // namespace
 }  // namespace bw::plan
+
+namespace bw::plan {
+namespace {
+
+// Brute force of the step time (pipeline + all-reduce) over every multiset of templates.
+double brute_step(const TemplateSet& set, int nodes, int f, int b, const Cluster& cl) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<const Template*> chosen;
+  std::function<void(size_t, int)> rec = [&](size_t from, int left) {
+    if (left == 0) {
+      const int p = static_cast<int>(chosen.size());
+      if (p < f + 1 || p > b) return;
+      std::vector<LinearTime> times;
+      double q = 0;
+      for (auto* t : chosen) {
+        times.push_back({t->estimate.fixed_ms, t->estimate.per_microbatch_ms});
+        q = std::max(q, max_node_param_bytes(*t));
+      }
+      best = std::min(best, brute_split(times, b) + allreduce_ms(p, q, cl));
+      return;
+    }
+    for (size_t i = from; i < set.templates.size(); ++i) {
+      if (set.templates[i].num_nodes > left) break;
+      chosen.push_back(&set.templates[i]);
+      rec(i, left - set.templates[i].num_nodes);
+      chosen.pop_back();
+    }
+  };
+  rec(0, nodes);
+  return best;
+}
+
+TEST(Instantiate, StepTimeWithinOneAllReduceOfBruteForce) {
+  int checked = 0, exact = 0;
+  for (int nodes = 2; nodes <= 7; ++nodes)
+    for (double gbps : {1.0, 100.0})
+      for (int f : {0, 1})
+        for (int b : {2, 8}) {
+          Profile p = random_profile(6, 60 + nodes);
+          Cluster cl = small_cluster(nodes, 1, 100);
+          cl.inter_node_gbps = gbps;  // 1 Gbit/s: the all-reduce dominates
+          TemplateOptions opt;
+          opt.cost.microbatches = 4;
+          TemplateSet set = generate_templates(p, cl, opt);
+          double want = brute_step(set, nodes, f, b, cl);
+          Composition c = choose_composition(set, nodes, f, b, &cl);
+          int pipelines = 0;
+          for (auto [n, k] : c.counts) pipelines += k;
+          // The reported step is what the composition really costs.
+          EXPECT_NEAR(c.step_ms,
+                      c.pipeline_ms + allreduce_ms(pipelines, c.max_node_param_bytes, cl),
+                      1e-9 * c.step_ms);
+          EXPECT_GE(c.step_ms, want * (1 - 1e-12));
+          // Proven bound: step <= optimum + its all-reduce <= 2 * optimum.
+          EXPECT_LE(c.step_ms, 2 * want * (1 + 1e-12))
+              << nodes << " nodes, " << gbps << " Gbit/s, f=" << f << ", B=" << b;
+          exact += std::abs(c.step_ms - want) <= 1e-9 * want;
+          ++checked;
+        }
+  EXPECT_GT(checked, 40);
+  EXPECT_GT(exact, checked * 3 / 4);  // the bound is loose; most cases are exact
+}
+
+}  // namespace
+}  // namespace bw::plan

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "plan/schedule_aware.h"
 #include "test_util.h"
 
 namespace bw::plan {
@@ -30,14 +31,16 @@ Fixture make(int nodes, int g, double mem, int f, int microbatches, unsigned see
   return s;
 }
 
-// Layers held per device, computed from the stages directly.
+// Layers held per device, computed from the chunks directly.
 std::map<DeviceRef, std::set<int>> holdings(const Plan& p) {
   std::map<DeviceRef, std::set<int>> h;
   for (const auto& pl : p.pipelines)
-    for (int s = 0; s < pl.tmpl.num_stages(); ++s)
-      for (int d = 0; d < pl.tmpl.stages[s].num_devices; ++d)
-        for (int l = pl.tmpl.stages[s].first_layer; l < pl.tmpl.stages[s].end_layer(); ++l)
-          h[{pl.node_of_stage(s), pl.tmpl.stages[s].first_device + d}].insert(l);
+    for (const auto& c : pl.tmpl.chunks) {
+      const Stage& st = pl.tmpl.stages[c.stage];
+      for (int d = 0; d < st.num_devices; ++d)
+        for (int l = c.first_layer; l < c.end_layer(); ++l)
+          h[{pl.node_of_stage(c.stage), st.first_device + d}].insert(l);
+    }
   return h;
 }
 
@@ -89,35 +92,48 @@ struct Grid {
   double mem;
 };
 
-class EveryFailureSet : public ::testing::TestWithParam<Grid> {};
-
-TEST_P(EveryFailureSet, GivesValidPlan) {
-  const Grid c = GetParam();
-  Fixture s = make(c.nodes, c.g, c.mem, c.f, 16, 11 + c.nodes);
-  std::vector<NodeId> all = s.plan.nodes();
-  int checked = 0, failures = 0;
-  std::vector<NodeId> cur;
-  for_each_subset(all, c.f, 0, cur, [&](const std::vector<NodeId>& failed) {
-    std::set<NodeId> dead(failed.begin(), failed.end()), alive;
-    for (NodeId n : all)
-      if (!dead.count(n)) alive.insert(n);
-    Reconfiguration r = reconfigure(s.plan, s.templates, failed, s.cluster);
-    std::string problem = check(s.plan, r, s.templates, dead, alive);
-    if (!problem.empty() && failures++ < 3)
-      ADD_FAILURE() << "failing " << failed.size() << " nodes (first " << failed[0].value()
-                    << "): " << problem;
-    ++checked;
-  });
-  EXPECT_GT(checked, 0);
+TEST(Reconfigure, EveryFailureSetUpToFGivesValidPlan) {
+  // Memory 3 GB (g = 1) and 2 GB (g = 2) make two nodes the smallest pipeline, so pipelines
+  // keep their template, borrow and merge (all three are counted below).
+  const std::vector<Grid> grid = {{2, 1, 1, 100}, {4, 1, 1, 100}, {6, 2, 2, 100}, {6, 1, 2, 3.0},
+                                  {8, 1, 3, 3.0}, {8, 2, 1, 2.0}, {9, 1, 2, 100}, {10, 1, 4, 3.0},
+                                  {5, 1, 1, 3.0}, {7, 1, 2, 3.0}, {9, 1, 3, 3.0}, {7, 2, 2, 2.0}};
+  int checked = 0, failures = 0, borrowed = 0, merged = 0;
+  for (const Grid& c : grid) {
+    Fixture s = make(c.nodes, c.g, c.mem, c.f, 16, 11 + c.nodes);
+    std::vector<NodeId> all = s.plan.nodes();
+    std::map<NodeId, size_t> owner;
+    for (size_t p = 0; p < s.plan.pipelines.size(); ++p)
+      for (NodeId n : s.plan.pipelines[p].nodes) owner[n] = p;
+    std::vector<NodeId> cur;
+    for_each_subset(all, c.f, 0, cur, [&](const std::vector<NodeId>& failed) {
+      std::set<NodeId> dead(failed.begin(), failed.end()), alive;
+      for (NodeId n : all)
+        if (!dead.count(n)) alive.insert(n);
+      Reconfiguration r = reconfigure(s.plan, s.templates, failed, s.cluster);
+      std::string problem = check(s.plan, r, s.templates, dead, alive);
+      if (!problem.empty() && failures++ < 3)
+        ADD_FAILURE() << c.nodes << " nodes x " << c.g << ", f=" << c.f << ": failing "
+                      << failed.size() << " nodes (first " << failed[0].value() << "): " << problem;
+      ++checked;
+      std::set<size_t> with_survivors;
+      for (NodeId n : alive) with_survivors.insert(owner[n]);
+      merged += r.plan.pipelines.size() < with_survivors.size();
+      for (const auto& p : r.plan.pipelines) {
+        std::set<size_t> from;
+        for (NodeId n : p.nodes) from.insert(owner[n]);
+        if (from.size() > 1 && r.plan.pipelines.size() == with_survivors.size()) {
+          ++borrowed;
+          break;
+        }
+      }
+    });
+  }
+  EXPECT_EQ(failures, 0) << "of " << checked << " failure sets";
+  EXPECT_GT(checked, 300);
+  EXPECT_GT(borrowed, 0);
+  EXPECT_GT(merged, 0);
 }
-
-INSTANTIATE_TEST_SUITE_P(Small, EveryFailureSet,
-                         // Memory 3 GB (g = 1) and 2 GB (g = 2) make two nodes the smallest
-                         // pipeline, so borrowing and merging both happen.
-                         ::testing::Values(Grid{2, 1, 1, 100}, Grid{4, 1, 1, 100},
-                                           Grid{6, 2, 2, 100}, Grid{6, 1, 2, 3.0},
-                                           Grid{8, 1, 3, 3.0}, Grid{8, 2, 1, 2.0},
-                                           Grid{9, 1, 2, 100}, Grid{10, 1, 4, 3.0}));
 
 TEST(Reconfigure, SequencesOfFailures) {
   for (unsigned seed : {0, 1, 2, 3, 17}) {
@@ -136,6 +152,29 @@ TEST(Reconfigure, SequencesOfFailures) {
       ASSERT_EQ(problem, "") << "seed " << seed << " failure " << k;
       plan = r.plan;
     }
+  }
+}
+
+// Interleaved and Hanayo templates hold several chunks per stage: copies follow the chunks.
+TEST(Reconfigure, ScheduleAwareTemplatesCopyTheirChunks) {
+  Profile p = random_profile(16, 31);
+  Cluster cl = small_cluster(8, 1, 100);
+  TemplateOptions opt;
+  opt.cost.microbatches = 8;
+  opt.schedule_kinds = {"interleaved", "hanayo-w1"};  // no 1f1b: chunks always re-partitioned
+  opt.evaluator = simulator_evaluator(p, cl);
+  TemplateSet set = generate_templates(p, cl, opt);
+  Plan plan = instantiate(set, 8, 1, 32, cl);
+  int multi_chunk = 0;
+  for (const auto& pl : plan.pipelines)
+    multi_chunk += pl.tmpl.chunks.size() > pl.tmpl.stages.size();
+  ASSERT_GT(multi_chunk, 0);
+  std::vector<NodeId> all = plan.nodes();
+  for (NodeId victim : all) {
+    std::set<NodeId> alive(all.begin(), all.end());
+    alive.erase(victim);
+    Reconfiguration r = reconfigure(plan, set, {victim}, cl);
+    EXPECT_EQ(check(plan, r, set, {victim}, alive), "") << "node " << victim.value();
   }
 }
 

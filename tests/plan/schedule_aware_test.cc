@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/plan.h"
+#include "schedule/generate.h"
 #include "sim/predict.h"
 #include "test_util.h"
 
@@ -37,6 +39,12 @@ TEST(ScheduleAware, ChosenKindIsFastestFeasible) {
           }
           double ms = e->fixed_ms + e->per_microbatch_ms * t.microbatches;
           if (ms < best) best = ms, best_kind = kind;
+        }
+        if (best_kind.empty()) {
+          // None fits per the simulator: the closed-form 1F1B template stays.
+          EXPECT_EQ(t.schedule, "1f1b");
+          EXPECT_EQ(to_json(t), to_json(base));
+          continue;
         }
         EXPECT_EQ(t.schedule, best_kind) << t.num_nodes << " nodes, " << mem << " GB, g=" << g;
         EXPECT_NEAR(t.iteration_ms(t.microbatches), best, 1e-9 * best);
@@ -83,6 +91,66 @@ TEST(ScheduleAware, OneFOneBIsTheSimulatorOnTheTemplatePartition) {
     EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 6, t6, 1e-9 * t6);
     EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 12, t12, 1e-9 * t12);
   }
+}
+
+TEST(ScheduleAware, SameChoiceOnAnyThreadCount) {
+  Profile p = random_profile(16, 5);
+  Cluster cl = small_cluster(6, 2, 100);
+  TemplateOptions opt;
+  opt.cost.microbatches = 8;
+  opt.schedule_kinds = simulated_schedule_kinds();
+  opt.evaluator = simulator_evaluator(p, cl);
+  TemplateSet one = generate_templates(p, cl, opt);
+  opt.threads = 3;
+  TemplateSet three = generate_templates(p, cl, opt);
+  ASSERT_EQ(one.templates.size(), three.templates.size());
+  for (size_t k = 0; k < one.templates.size(); ++k)
+    EXPECT_EQ(to_json(one.templates[k]), to_json(three.templates[k])) << k;
+}
+
+// Chunks of re-partitioning kinds cover the layers in order and sit where the schedule places
+// them.
+TEST(ScheduleAware, ChunksFollowTheSchedulePlacement) {
+  int checked = 0;
+  for (const std::string kind : {"interleaved", "hanayo-w1", "hanayo-w2"}) {
+    Profile p = random_profile(20, 3);
+    Cluster cl = small_cluster(4, 2, 100);
+    TemplateOptions opt;
+    opt.cost.microbatches = 8;
+    opt.schedule_kinds = {kind};
+    opt.evaluator = simulator_evaluator(p, cl);
+    for (const auto& t : generate_templates(p, cl, opt).templates) {
+      if (t.schedule != kind) continue;
+      schedule::ScheduleSpec spec{.kind = kind == "interleaved" ? "interleaved" : "hanayo",
+                                  .devices = t.num_stages(),
+                                  .microbatches = t.microbatches,
+                                  .chunks_per_device = 2,
+                                  .waves = kind == "hanayo-w2" ? 2 : 1};
+      schedule::ScheduleSpec from_template = schedule_spec(t, t.microbatches);
+      EXPECT_EQ(from_template.kind, spec.kind);
+      EXPECT_EQ(from_template.devices, spec.devices);
+      EXPECT_EQ(schedule::num_chunks(from_template), schedule::num_chunks(spec));
+      std::vector<int> placement = schedule::chunk_placement(spec);
+      ASSERT_EQ(t.chunks.size(), placement.size()) << kind << " on " << t.num_nodes << " nodes";
+      int layer = 0;
+      for (size_t c = 0; c < t.chunks.size(); ++c) {
+        EXPECT_EQ(t.chunks[c].first_layer, layer);
+        EXPECT_GE(t.chunks[c].num_layers, 1);
+        EXPECT_EQ(t.chunks[c].stage, placement[c]) << kind << " chunk " << c;
+        layer = t.chunks[c].end_layer();
+      }
+      EXPECT_EQ(layer, p.num_layers());
+      // Stage parameters are those of the chunks it holds.
+      for (int s = 0; s < t.num_stages(); ++s) {
+        double want = 0;
+        for (auto [a, b] : t.layers_of_stage(s))
+          for (int l = a; l < b; ++l) want += p.layers[l].param_bytes;
+        EXPECT_NEAR(t.stages[s].param_bytes, want, 1e-6 * want);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 3);
 }
 
 TEST(ScheduleAware, UnknownKindIsConfigError) {
