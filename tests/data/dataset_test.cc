@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::path(::testing::TempDir()) / "bw_dataset_test";
+  fs::path dir = fs::path(::testing::TempDir()) / ("bw_dataset_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
 }

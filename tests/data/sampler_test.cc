@@ -123,7 +123,11 @@ TEST_P(SamplerGrid, BatchStacksSamples) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, SamplerGrid,
                          ::testing::Values(Case{2, 1}, Case{17, 4}, Case{100, 7}, Case{1000, 16},
-                                           Case{4097, 64}));
+                                           Case{4097, 64}),
+                         [](const auto& info) {
+                           return "tokens" + std::to_string(info.param.tokens) + "_seq" +
+                                  std::to_string(info.param.seq_len);
+                         });
 
 TEST(Sampler, EveryTokenIsATargetOncePerEpoch) {
   for (int T : {1, 3, 8}) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -96,7 +97,11 @@ TEST(Profiler, MeasuredActivationGrowsLikeTheFormula) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ProfilerGrid,
-                         ::testing::Values(Case{1, 8}, Case{2, 16}, Case{3, 12}, Case{4, 32}));
+                         ::testing::Values(Case{1, 8}, Case{2, 16}, Case{3, 12}, Case{4, 32}),
+                         [](const auto& info) {
+                           return "mbs" + std::to_string(info.param.microbatch_size) + "_seq" +
+                                  std::to_string(info.param.seq_len);
+                         });
 
 TEST(Profiler, BadOptionsAreConfigErrors) {
   ProfileOptions o;
@@ -145,7 +150,9 @@ std::pair<int, std::string> run_cli(const std::string& args) {
 }
 
 TEST(ProfileMeasureCli, WritesAProfileThePlannerLoads) {
-  std::string path = (std::filesystem::path(::testing::TempDir()) / "bw_profile_cli.json").string();
+  std::string path = (std::filesystem::path(::testing::TempDir()) /
+                      ("bw_profile_cli_" + std::to_string(::getpid()) + ".json"))
+                         .string();
   std::filesystem::remove(path);
   auto [code, out] = run_cli(fmt::format(
       "profile measure --model tiny --microbatch-size 2 --repeats 2 --warmup 1 --out {}", path));

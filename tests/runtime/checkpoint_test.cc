@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -19,7 +20,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::path(::testing::TempDir()) / "bw_checkpoint_test";
+  fs::path dir =
+      fs::path(::testing::TempDir()) / ("bw_checkpoint_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
 }
