@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
+#include "plan/schedule_aware.h"
 #include "schedule/generate.h"
 
 namespace bw::elastic {
@@ -66,6 +68,24 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
   return pl;
 }
 
+// The pipeline the planner's template describes: its schedule kind and its chunks' layers. Nullopt
+// when a stage spans several devices (data parallelism inside a stage, which the runtime does not
+// run); the caller then uses the config's schedule on an even split.
+std::optional<runtime::PipelineLayout> template_pipeline(const plan::Template& t, int microbatches,
+                                                         int num_layers) {
+  for (const auto& stage : t.stages) {
+    if (stage.num_devices != 1) return std::nullopt;
+  }
+  const auto spec = plan::schedule_spec(t, microbatches);
+  auto pl = make_pipeline(spec, num_layers);
+  if (t.chunks.size() != pl.chunk_layers.size()) return std::nullopt;
+  for (size_t c = 0; c < t.chunks.size(); ++c) {
+    if (t.chunks[c].stage != pl.schedule.chunk_device[c]) return std::nullopt;
+    pl.chunk_layers[c] = {t.chunks[c].first_layer, t.chunks[c].end_layer()};
+  }
+  return pl;
+}
+
 }  // namespace
 
 void check_memory(const runtime::RunLayout& layout, const model::GptConfig& model,
@@ -94,6 +114,7 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
   std::vector<int> devices = p.pipelines;
   std::vector<int> planned_microbatches;
   std::vector<std::string> planner_notes;
+  std::vector<plan::Template> planned_templates;
   if (devices.empty() && p.profile.empty()) {
     // Uniform per-device cost: fault_tolerance + 1 pipelines of (nearly) equal size, microbatches
     // in proportion to devices. (On a uniform estimate with no memory limit the planner would
@@ -116,10 +137,15 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
     cluster.devices_per_node = explicit_world ? 1 : config.cluster.devices_per_node;
     cluster.num_nodes = world_size / cluster.devices_per_node;
     cluster.device_memory_gb = config.cluster.memory_gb > 0 ? config.cluster.memory_gb : 1e6;
-    const auto result = plan::make_plan(profile, cluster, p.fault_tolerance, p.microbatches);
+    plan::PlannerOptions options;
+    options.schedule_kinds = plan::simulated_schedule_kinds();
+    options.evaluator = plan::simulator_evaluator(profile, cluster);
+    const auto result =
+        plan::make_plan(profile, cluster, p.fault_tolerance, p.microbatches, options);
     for (const auto& pipe : result.plan.pipelines) {
       devices.push_back(pipe.tmpl.num_nodes * cluster.devices_per_node);
       planned_microbatches.push_back(pipe.microbatches);
+      planned_templates.push_back(pipe.tmpl);
     }
     planner_notes.push_back(fmt::format(
         "planner ({}): pipelines of {} devices with {} microbatches, predicted step {:.1f} ms",
@@ -148,8 +174,25 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
   layout.total_microbatches = p.microbatches;
   int rank = 0, mb = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
-    auto spec = fit_spec(p, devices[i], microbatches[i], layout.num_layers, out.notes);
-    auto pl = make_pipeline(spec, layout.num_layers);
+    std::optional<runtime::PipelineLayout> from_template;
+    if (!planned_templates.empty()) {
+      try {
+        from_template = template_pipeline(planned_templates[i], microbatches[i], layout.num_layers);
+      } catch (const ConfigError& e) {
+        out.notes.push_back(fmt::format(
+            "pipeline {}: the planned {} schedule cannot run {} microbatches ({}); running {}", i,
+            planned_templates[i].schedule, microbatches[i], e.what(), p.schedule));
+      }
+      if (!from_template) {
+        out.notes.push_back(
+            fmt::format("pipeline {}: the config's {} schedule on even chunks", i, p.schedule));
+      }
+    }
+    auto pl =
+        from_template
+            ? std::move(*from_template)
+            : make_pipeline(fit_spec(p, devices[i], microbatches[i], layout.num_layers, out.notes),
+                            layout.num_layers);
     pl.first_rank = rank;
     pl.first_microbatch = mb;
     rank += pl.num_devices;
@@ -157,7 +200,8 @@ LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig&
     layout.pipelines.push_back(std::move(pl));
   }
   runtime::validate_layout(layout);
-  check_memory(layout, model, config);
+  // A planned layout passed the planner's memory model (from the measured profile).
+  if (planned_templates.empty()) check_memory(layout, model, config);
   std::sort(out.notes.begin(), out.notes.end());
   out.notes.erase(std::unique(out.notes.begin(), out.notes.end()), out.notes.end());
   return out;

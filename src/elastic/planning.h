@@ -3,11 +3,12 @@
 // and its chunks' layer ranges. The coordinator publishes the result (runtime/layout.h).
 //
 // Pipelines come from `pipeline.pipelines` when given (microbatches then split in proportion to
-// device counts); else, with a profile (`pipeline.profile`, e.g. from `breakwater profile
-// measure`), from the planner (plan::make_plan: Oobleck's templates and instantiation, at least
-// fault_tolerance + 1 pipelines, microbatches split by predicted time); else, on a uniform
-// per-device estimate, fault_tolerance + 1 pipelines of nearly equal size. The schedule kind is
-// the config's for every pipeline; chunks get contiguous, even layer ranges.
+// device counts; the config's schedule kind on even layer ranges); else, with a profile
+// (`pipeline.profile`, e.g. from `breakwater profile measure`), from the planner (plan::make_plan:
+// Oobleck's templates and instantiation with schedule-aware templates, at least
+// fault_tolerance + 1 pipelines): each pipeline then runs its template's schedule kind and chunks,
+// and the planner splits the microbatches; else, on a uniform per-device estimate,
+// fault_tolerance + 1 pipelines of nearly equal size with the config's schedule.
 // When a wave or interleaved schedule would need more chunks than the model has layers, the wave
 // count (or chunks per device) is lowered to the largest that fits, and the change is reported in
 // `notes`.

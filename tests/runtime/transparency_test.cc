@@ -163,6 +163,19 @@ INSTANTIATE_TEST_SUITE_P(Schedules, Transparency,
                                            Case{"hetero_2_3", "1f1b", "[2, 3]", "tiny"}),
                          [](const auto& info) { return info.param.name; });
 
+// The planner's choice (pipelines, schedule kind, uneven chunks, microbatch split) from a profile
+// measured on this machine trains like the single-process run too.
+TEST(Planned, PlannerLayoutFromMeasuredProfileMatchesSingleProcess) {
+  const auto profile = (fs::path(work_dir()) / "tiny_profile.json").string();
+  auto m = run_cli({"profile", "measure", "--model", "tiny", "--microbatch-size", "2", "--repeats",
+                    "2", "--warmup", "1", "-o", profile},
+                   profile + ".log", kDeadlineS);
+  ASSERT_EQ(m.status, 0) << m.output;
+  auto got =
+      train("planned", {"--pipeline.profile=" + profile, "--cluster.memory_gb=0.0006"}, 4, "tiny");
+  expect_same_training(got, reference("tiny"), "planned");
+}
+
 // A checkpoint written under one plan (1F1B on 2 devices) resumes under another (Hanayo on 2
 // pipelines of 1 and 2 devices) and ends where the uninterrupted single-process run ends.
 TEST(Resume, CheckpointFromOnePlanContinuesUnderAnother) {
