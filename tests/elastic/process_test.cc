@@ -17,7 +17,7 @@ TEST(ChildProcess, ReportsExitStatus) {
 }
 
 TEST(ChildProcess, KillEndsARunningChildWithinTheDeadline) {
-  auto c = ChildProcess::spawn("/bin/sh", {"sh", "-c", "sleep 30"});
+  auto c = ChildProcess::spawn("/bin/sh", {"sh", "-c", "exec sleep 30"});
   EXPECT_FALSE(c.poll().has_value());
   const auto t0 = std::chrono::steady_clock::now();
   const int status = c.wait_or_kill(std::chrono::milliseconds(100));

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -42,6 +43,8 @@ struct BadCase {
   std::vector<std::string> args;  // appended to a valid tiny run
   std::string expect;             // must appear in the output
 };
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 class BadInput : public ::testing::TestWithParam<BadCase> {};
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <random>
 
 #include "cli_runner.h"
@@ -136,6 +137,8 @@ struct Case {
   int waves = 1;
   int chunks_per_device = 2;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class Transparency : public ::testing::TestWithParam<Case> {};
 
