@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +48,7 @@ struct RunFigures {
   double tokens_per_s = 0;
   double overhead_us = 0;  // per action
   std::vector<double> peak_rss_mib;
+  std::vector<std::array<double, 4>> chunk_ms;  // per chunk: mean F, B, I, W ms per step
   bool ok = false;
 };
 
@@ -82,6 +84,16 @@ RunFigures run(const std::string& out_dir, const std::vector<std::string>& args)
     }
     pipe.push_back(slowest);
     over.push_back(o / ranks.size());
+    for (const auto& r : ranks) {
+      auto chunks = r.at("chunk_ms").get<std::vector<std::array<double, 4>>>();
+      if (f.chunk_ms.size() < chunks.size()) f.chunk_ms.resize(chunks.size(), {0, 0, 0, 0});
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        for (int k = 0; k < 4; ++k) f.chunk_ms[c][k] += chunks[c][k];
+      }
+    }
+  }
+  for (auto& c : f.chunk_ms) {
+    for (auto& v : c) v /= std::max<size_t>(1, step.size());
   }
   f.step_ms = median(step);
   f.pipeline_ms = median(pipe);
@@ -142,8 +154,13 @@ int main(int argc, char** argv) {
   fmt::print(
       "model {} ({} layers), {} microbatches of {}, {} steps per run, median after step 1\n\n",
       model_name, bw::model::num_layers(model), microbatches, mbs, steps);
-  fmt::print("{:<12} {:>13} {:>13} {:>9} {:>12} {:>14}\n", "schedule", "predicted ms",
-             "measured ms", "ratio", "step ms", "overhead us/a");
+  fmt::print("predicted A: the simulator on per-layer times from the profiler (isolated layers)\n");
+  fmt::print(
+      "predicted B: the simulator on the run's own per-chunk F/B/I/W times (same op timings)\n");
+  fmt::print(
+      "measured: the slowest rank's action list; step: the whole step incl. sync + AdamW\n\n");
+  fmt::print("{:<12} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>13}\n", "schedule", "pred A", "pred B",
+             "measured", "meas/A", "meas/B", "step ms", "overhead us/a");
   RunFigures one_f_one_b;
   for (const std::string kind : {"gpipe", "1f1b", "interleaved", "hanayo", "zb-h1"}) {
     bw::runtime::RunConfig config;
@@ -171,8 +188,23 @@ int main(int argc, char** argv) {
       return a;
     }());
     if (kind == std::string("1f1b")) one_f_one_b = f;
-    fmt::print("{:<12} {:>13.1f} {:>13.1f} {:>9.3f} {:>12.1f} {:>14.1f}\n", kind, predicted,
-               f.pipeline_ms, f.pipeline_ms / predicted, f.step_ms, f.overhead_us);
+    // The same schedule on the run's own op timings, per microbatch.
+    bw::sim::CostModel own;
+    for (const auto& c : f.chunk_ms) {
+      bw::sim::ChunkCost cc;
+      cc.forward_ms = c[0] / microbatches;
+      cc.backward_ms = (c[1] + c[2] + c[3]) / microbatches;
+      cc.backward_input_ms = c[2] / microbatches;
+      cc.backward_weight_ms = c[3] / microbatches;
+      own.chunks.push_back(cc);
+    }
+    double predicted_own = 0;
+    if (own.chunks.size() == static_cast<size_t>(pl.schedule.num_chunks)) {
+      predicted_own = bw::sim::predict(spec, own).iteration_ms;
+    }
+    fmt::print("{:<12} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.3f} {:>8.3f} {:>9.1f} {:>13.1f}\n", kind,
+               predicted, predicted_own, f.pipeline_ms, f.pipeline_ms / predicted,
+               f.pipeline_ms / std::max(1e-9, predicted_own), f.step_ms, f.overhead_us);
   }
 
   auto single_run = [&](int threads) {

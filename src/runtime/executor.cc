@@ -105,7 +105,9 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
     stats.loss += loss.item<double>() * loss_scale_;
     x = loss * loss_scale_;
   }
-  stats.compute_ms += ms_since(t0);
+  const double f_ms = ms_since(t0);
+  stats.compute_ms += f_ms;
+  stats.chunk_ms[chunk][0] += f_ms;
   slot.output = x;
   if (chunk < last_chunk_ && local(chunk + 1)) {
     handoff_[{kForward, chunk + 1, mb}] = x.detach();
@@ -137,7 +139,9 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   } else {
     torch::autograd::backward({slot.output}, grads);
   }
-  stats.compute_ms += ms_since(t0);
+  const double b_ms = ms_since(t0);
+  stats.compute_ms += b_ms;
+  stats.chunk_ms[chunk][inputs_only ? 2 : weights_only ? 3 : 1] += b_ms;
   if (!weights_only && has_input_grad) {
     slot.in_grad = slot.input.grad();
     BW_CHECK(slot.in_grad.defined(), "chunk {} microbatch {}: no input gradient", chunk, mb);
@@ -157,6 +161,7 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
 
 StepStats Executor::run_step(const BatchFn& batch) {
   StepStats stats;
+  stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
   const auto t_step = Clock::now();
   using schedule::ActionKind;
   for (const auto& a : pipeline_.schedule.actions[device_]) {

@@ -22,6 +22,7 @@
 
 #include <torch/types.h>
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,6 +47,9 @@ struct StepStats {
   double post_ms = 0.0;     // posting isend/irecv
   double free_ms = 0.0;     // releasing a finished microbatch graph and tensors
   double total_ms = 0.0;    // the whole action list
+  // Per chunk of the pipeline: milliseconds in F, B, I and W over the step (zero for chunks on
+  // other devices): the op timings the simulator can be fed with.
+  std::vector<std::array<double, 4>> chunk_ms;
   int num_actions = 0;
 };
 

@@ -38,7 +38,8 @@ nlohmann::json StepReport::to_json() const {
           {"free_ms", free_ms},
           {"sync_ms", sync_ms},
           {"num_actions", num_actions},
-          {"peak_rss_kb", peak_rss_kb}};
+          {"peak_rss_kb", peak_rss_kb},
+          {"chunk_ms", chunk_ms}};
 }
 
 StepReport StepReport::from_json(const nlohmann::json& d) {
@@ -58,6 +59,8 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.sync_ms = d.at("sync_ms");
   r.num_actions = d.at("num_actions");
   r.peak_rss_kb = d.at("peak_rss_kb");
+  if (d.contains("chunk_ms"))
+    r.chunk_ms = d.at("chunk_ms").get<std::vector<std::array<double, 4>>>();
   return r;
 }
 
@@ -145,6 +148,7 @@ StepReport Worker::run_step(int step) {
   r.free_ms = stats.free_ms;
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;
+  r.chunk_ms = stats.chunk_ms;
   r.step_ms = ms_since(t0);
   r.peak_rss_kb = peak_rss_kb();
   return r;

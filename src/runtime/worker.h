@@ -16,6 +16,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,6 +54,7 @@ struct StepReport {
   double sync_ms = 0.0;     // gradient sync + norm + optimizer
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
+  std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms
 
   nlohmann::json to_json() const;
   static StepReport from_json(const nlohmann::json& doc);
