@@ -231,20 +231,31 @@ Reconfiguration join(const Plan& plan, const TemplateSet& templates,
   for (const auto& p : plan.pipelines) groups.push_back(p.nodes);
   std::vector<NodeId> add(fresh.begin(), fresh.end());
   const int k = static_cast<int>(add.size());
-  if (k >= n0 && templates.find(k) != nullptr) {
-    groups.push_back(add);
-  } else {
-    for (NodeId n : add) {
-      int target = -1;
-      for (size_t i = 0; i < groups.size(); ++i) {
-        if (templates.find(static_cast<int>(groups[i].size()) + 1) == nullptr) continue;
-        if (target < 0 || groups[i].size() < groups[target].size()) target = static_cast<int>(i);
-      }
-      if (target < 0)
-        throw ConfigError(fmt::format(
-            "no template can take node {}: every pipeline is at the largest template size", n));
-      groups[target].push_back(n);
+  // New pipelines from the new nodes: each as large as a template allows while what is left is
+  // none or again >= n0; nodes left over (fewer than n0) grow the smallest pipelines.
+  size_t pos = 0;
+  while (k - static_cast<int>(pos) >= n0) {
+    const int left = k - static_cast<int>(pos);
+    int size = 0;
+    for (const auto& t : templates.templates) {
+      const int rest = left - t.num_nodes;
+      if (t.num_nodes <= left && (rest == 0 || rest >= n0)) size = t.num_nodes;
     }
+    if (size == 0) break;
+    groups.emplace_back(add.begin() + pos, add.begin() + pos + size);
+    pos += size;
+  }
+  for (; pos < add.size(); ++pos) {
+    const NodeId n = add[pos];
+    int target = -1;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (templates.find(static_cast<int>(groups[i].size()) + 1) == nullptr) continue;
+      if (target < 0 || groups[i].size() < groups[target].size()) target = static_cast<int>(i);
+    }
+    if (target < 0)
+      throw ConfigError(fmt::format(
+          "no template can take node {}: every pipeline is at the largest template size", n));
+    groups[target].push_back(n);
   }
   Reconfiguration r;
   r.plan = build_plan(plan, templates, groups, cluster);

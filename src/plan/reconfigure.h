@@ -39,8 +39,9 @@ struct Reconfiguration {
 Reconfiguration reconfigure(const Plan& plan, const TemplateSet& templates,
                             const std::vector<NodeId>& failed, const Cluster& cluster);
 
-// Adds `new_nodes` (not in the plan): a new pipeline of them when a template exists for their
-// count and they are >= n0, else they grow the smallest pipelines one node at a time.
+// Adds `new_nodes` (not in the plan): new pipelines of them, each as large as a template allows
+// while the rest is none or >= n0; fewer than n0 left over grow the smallest pipelines one node
+// at a time.
 Reconfiguration join(const Plan& plan, const TemplateSet& templates,
                      const std::vector<NodeId>& new_nodes, const Cluster& cluster);
 

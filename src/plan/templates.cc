@@ -119,7 +119,11 @@ const Template* TemplateSet::find(int num_nodes) const {
 }
 
 ScheduleEstimate one_f_one_b_estimate(const Template& t) {
-  return {t.sum_stage_ms - t.max_stage_ms, t.max_stage_ms, t.peak_memory_bytes};
+  ScheduleEstimate e;
+  e.fixed_ms = t.sum_stage_ms - t.max_stage_ms;
+  e.per_microbatch_ms = t.max_stage_ms;
+  e.peak_memory_bytes = t.peak_memory_bytes;
+  return e;
 }
 
 Template make_template(const CostModel& model, const std::vector<StageShape>& shape,

@@ -209,7 +209,7 @@ TEST(Reconfigure, UnknownNodeIsConfigError) {
 }
 
 TEST(Join, NewNodesAreUsed) {
-  for (int joining : {1, 2, 3}) {
+  for (int joining : {1, 2, 3, 9}) {
     Fixture s = make(8, 2, 2.0, 1, 16, 21);
     // Fail two nodes, then bring `joining` fresh ones.
     std::vector<NodeId> failed = {NodeId(0), NodeId(5)};
