@@ -82,7 +82,7 @@ void print_summary(const elastic::RunSummary& s) {
 
 void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "train", "train a GPT with pipeline parallelism (config TOML + --section.key=value)");
+      "train", "Train a GPT with pipeline parallelism (config TOML + --section.key=value)");
   auto args = std::make_shared<TrainArgs>();
   cmd->add_option("config", args->config_path, "run config TOML (defaults when omitted)");
   cmd->add_option("--devices", args->devices,

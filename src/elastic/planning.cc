@@ -35,7 +35,7 @@ schedule::ScheduleSpec fit_spec(const runtime::PipelineConfig& p, int devices, i
     if (schedule::num_chunks(spec) <= num_layers) {
       notes.push_back(fmt::format(
           "hanayo with {} waves needs more chunks than the model's {} layers on {} devices; "
-          "running {} waves",
+          "running {} wave(s)",
           p.waves, num_layers, devices, spec.waves));
     }
   }
