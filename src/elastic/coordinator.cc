@@ -250,6 +250,35 @@ void check_replicas(const runtime::RunLayout& layout,
   }
 }
 
+// A checkpoint must hold every parameter of this model with its shape (and its optimizer state),
+// else the run would fail inside the workers; say so before any process starts.
+void check_checkpoint_matches(const runtime::LoadedCheckpoint& ckpt, const model::GptConfig& model,
+                              int64_t seed, const std::string& where) {
+  for (int l = 0; l < model::num_layers(model); ++l) {
+    auto layer = model::build_layer(model, l, static_cast<uint64_t>(seed));
+    for (const auto& [name, p] : layer->parameter_list()) {
+      const auto key = runtime::checkpoint_tensor_name(l, name);
+      auto it = ckpt.weights.find(key);
+      if (it == ckpt.weights.end()) {
+        throw ConfigError(fmt::format(
+            "checkpoint {} has no tensor '{}' for model {} ({} layers); resume with the model it "
+            "was written for (model.name)",
+            where, key, model.name, model::num_layers(model)));
+      }
+      if (it->second.sizes() != p.sizes()) {
+        throw ConfigError(fmt::format(
+            "checkpoint {} tensor '{}' has shape [{}] but model {} needs [{}]; resume with the "
+            "model and data it was written for",
+            where, key, fmt::join(it->second.sizes(), ", "), model.name,
+            fmt::join(p.sizes(), ", ")));
+      }
+      if (ckpt.optimizer.count(key + ".exp_avg") == 0) {
+        throw ConfigError(fmt::format("checkpoint {} has no optimizer state for '{}'", where, key));
+      }
+    }
+  }
+}
+
 std::string render_sample(const std::vector<int64_t>& tokens, int vocab_size) {
   std::string out;
   if (vocab_size == data::kTextVocab) {
@@ -297,7 +326,9 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   int first_step = 0;
   std::string resume;
   if (!config.train.resume.empty()) {
-    auto info = runtime::load_checkpoint(config.train.resume).info;
+    auto ckpt = runtime::load_checkpoint(config.train.resume);
+    check_checkpoint_matches(ckpt, model, config.model.seed, config.train.resume);
+    const auto& info = ckpt.info;
     first_step = static_cast<int>(info.step);
     resume = config.train.resume;
     if (first_step >= config.train.steps) {

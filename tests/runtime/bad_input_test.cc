@@ -98,6 +98,26 @@ INSTANTIATE_TEST_SUITE_P(
                 "only 4 layers"}),
     [](const auto& info) { return info.param.name; });
 
+// Resuming a checkpoint written for another model is one clear error before any worker starts.
+TEST(BadResume, CheckpointOfAnotherModelIsAConfigError) {
+  const auto corpus = write_corpus("resume.txt", 20000);
+  const auto first = (fs::path(dir()) / "resume_tiny3").string();
+  auto a =
+      run_cli({"train", "--quiet", "--devices=1", "--model.name=tiny:3", "--data.path=" + corpus,
+               "--train.steps=2", "--train.sample_tokens=0", "--pipeline.microbatches=4",
+               "--pipeline.microbatch_size=2", "--train.out_dir=" + first},
+              first + ".log", kDeadlineS);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const auto second = (fs::path(dir()) / "resume_tiny").string();
+  auto b = run_cli({"train", "--quiet", "--devices=2", "--model.name=tiny", "--data.path=" + corpus,
+                    "--train.steps=4", "--pipeline.microbatches=4", "--pipeline.microbatch_size=2",
+                    "--train.resume=" + first + "/checkpoint-000002", "--train.out_dir=" + second},
+                   second + ".log", kDeadlineS);
+  EXPECT_FALSE(b.timed_out);
+  EXPECT_EQ(b.status, 2) << b.output;
+  EXPECT_NE(b.output.find("error: checkpoint"), std::string::npos) << b.output;
+}
+
 // Children of `pid` (from /proc), to find the workers of a coordinator.
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
