@@ -1,0 +1,115 @@
+// `breakwater train [config.toml] [--section.key=value ...] [--devices N]`: trains a GPT with
+// pipeline parallelism on this machine. Prints the resolved config and the plan, a progress bar
+// (step, loss, tokens/s, ETA), a summary table and a generated sample; writes metrics JSONL, the
+// resolved config and checkpoints under train.out_dir.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/registry.h"
+#include "elastic/coordinator.h"
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+namespace bw::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config_path;
+  int devices = 0;
+  std::string log_level;
+  bool quiet = false;
+};
+
+std::string duration(double s) {
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  if (s < 3600) return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
+  return fmt::format("{}h{:02d}m", int(s) / 3600, (int(s) % 3600) / 60);
+}
+
+void print_plan(const runtime::RunLayout& layout, const std::vector<std::string>& notes) {
+  fmt::print("plan (generation {}): {} device(s), {} pipeline(s), {} microbatches of {} per step\n",
+             layout.generation, layout.world_size(), layout.pipelines.size(),
+             layout.total_microbatches, layout.microbatch_size);
+  for (size_t p = 0; p < layout.pipelines.size(); ++p) {
+    const auto& pl = layout.pipelines[p];
+    std::vector<std::string> chunks;
+    for (size_t c = 0; c < pl.chunk_layers.size(); ++c) {
+      chunks.push_back(fmt::format("c{}@d{}:L{}-{}", c, pl.schedule.chunk_device[c],
+                                   pl.chunk_layers[c].first, pl.chunk_layers[c].second - 1));
+    }
+    fmt::print("  pipeline {}: ranks {}-{}, schedule {}, microbatches {}-{}, chunks {}\n", p,
+               pl.first_rank, pl.first_rank + pl.num_devices - 1, pl.schedule.kind,
+               pl.first_microbatch, pl.first_microbatch + pl.num_microbatches - 1,
+               fmt::join(chunks, " "));
+  }
+  for (const auto& n : notes) fmt::print("  note: {}\n", n);
+  std::fflush(stdout);
+}
+
+void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
+  const int done = s.step + 1;
+  if (!tty && done % std::max(1, log_every) != 0 && done != s.steps) return;
+  const int width = 24;
+  const int filled = static_cast<int>(double(done) / s.steps * width);
+  std::string bar(filled, '#');
+  bar += std::string(width - filled, '.');
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}", tty ? "\r" : "", bar,
+             done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s),
+             tty ? (done == s.steps ? "\n" : "") : "\n");
+  std::fflush(stderr);
+}
+
+void print_summary(const elastic::RunSummary& s) {
+  fmt::print("\n{:<28} {}\n", "steps",
+             fmt::format("{} (from step {})", s.steps_done, s.first_step));
+  fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
+  fmt::print("{:<28} {:.0f}\n", "tokens/s", s.tokens_per_s);
+  fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
+  fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
+             "compute %");
+  for (int r = 0; r < static_cast<int>(s.peak_rss_kb.size()); ++r) {
+    const auto [p, d] = s.layout.locate(r);
+    fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>10.1f}\n", r, p, d, s.peak_rss_kb[r] / 1024.0,
+               100.0 * s.compute_share[r]);
+  }
+  fmt::print("{:<28} {}\n", "metrics", s.metrics_path);
+  if (!s.checkpoint.empty()) fmt::print("{:<28} {}\n", "checkpoint", s.checkpoint);
+  if (!s.sample.empty()) fmt::print("\nsample:\n{}\n", s.sample);
+}
+
+void add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train a GPT with pipeline parallelism (config TOML + --section.key=value)");
+  auto args = std::make_shared<TrainArgs>();
+  cmd->add_option("config", args->config_path, "run config TOML (defaults when omitted)");
+  cmd->add_option("--devices", args->devices,
+                  "number of devices (1 = the whole model in this process, no pipeline)");
+  cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
+  cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
+  cmd->allow_extras();
+  cmd->callback([cmd, args] {
+    if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
+    const auto overrides = runtime::overrides_from_args(cmd->remaining());
+    const auto config = runtime::load_run_config(args->config_path, overrides);
+    if (!args->quiet) fmt::print("# resolved config\n{}\n", runtime::to_toml(config));
+    elastic::CoordinatorOptions options;
+    options.devices = args->devices;
+    const bool tty = isatty(fileno(stderr));
+    if (!args->quiet) {
+      options.on_plan = print_plan;
+      options.on_step = [tty, &config](const elastic::StepSummary& s) {
+        print_progress(s, tty, config.train.log_every);
+      };
+    }
+    const auto summary = elastic::run_training(config, options);
+    if (!args->quiet) print_summary(summary);
+  });
+}
+
+const Registrar kRegister("train", 50, add_train);
+
+}  // namespace
+}  // namespace bw::cli

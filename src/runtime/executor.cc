@@ -1,0 +1,228 @@
+#include "runtime/executor.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
+
+#include "core/check.h"
+
+namespace bw::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
+                   std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
+                   int microbatch_size, double loss_scale)
+    : config_(std::move(config)),
+      pipeline_(pipeline),
+      device_(device),
+      layers_(std::move(layers)),
+      transport_(transport),
+      microbatch_size_(microbatch_size),
+      loss_scale_(loss_scale),
+      last_chunk_(pipeline.schedule.num_chunks - 1) {
+  BW_CHECK(transport_ != nullptr || pipeline.num_devices == 1,
+           "a pipeline of {} devices needs a transport", pipeline.num_devices);
+  for (int c = 0; c <= last_chunk_; ++c) {
+    if (!local(c)) continue;
+    for (int l = pipeline.chunk_layers[c].first; l < pipeline.chunk_layers[c].second; ++l) {
+      BW_CHECK(layers_.count(l) == 1, "device {} holds chunk {} but not its layer {}", device, c,
+               l);
+    }
+  }
+}
+
+bool Executor::local(int chunk) const {
+  return chunk >= 0 && chunk <= last_chunk_ && pipeline_.schedule.chunk_device[chunk] == device_;
+}
+
+int Executor::peer_rank(int chunk) const {
+  return pipeline_.first_rank + pipeline_.schedule.chunk_device[chunk];
+}
+
+int Executor::tag(Dir dir, int consumer_chunk, int mb) const {
+  return (dir * pipeline_.schedule.num_chunks + consumer_chunk) * pipeline_.num_microbatches + mb;
+}
+
+std::vector<int64_t> Executor::chunk_output_shape(int chunk) const {
+  return model::output_shape(config_, pipeline_.chunk_layers[chunk].second - 1, microbatch_size_);
+}
+
+std::vector<torch::Tensor> Executor::chunk_parameters(int chunk) const {
+  std::vector<torch::Tensor> out;
+  for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second; ++l) {
+    for (const auto& [name, p] : layers_.at(l)->parameter_list()) out.push_back(p);
+  }
+  return out;
+}
+
+torch::Tensor Executor::take_received(Dir dir, int chunk, int mb, StepStats& stats) {
+  auto key = std::make_tuple(static_cast<int>(dir), chunk, mb);
+  if (auto it = handoff_.find(key); it != handoff_.end()) {
+    auto t = std::move(it->second);
+    handoff_.erase(it);
+    return t;
+  }
+  auto it = recvs_.find(key);
+  BW_CHECK(it != recvs_.end(), "device {}: {} of chunk {} microbatch {} needed but never received",
+           device_, dir == kForward ? "activation" : "gradient", chunk, mb);
+  const auto t0 = Clock::now();
+  it->second.first->wait();
+  stats.wait_ms += ms_since(t0);
+  auto t = std::move(it->second.second);
+  recvs_.erase(it);
+  return t;
+}
+
+void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats) {
+  Slot& slot = slots_[{chunk, mb}];
+  std::pair<torch::Tensor, torch::Tensor> data;
+  const bool need_data = chunk == 0 || chunk == last_chunk_;
+  if (need_data) {
+    const auto t_data = Clock::now();
+    data = batch(mb);
+    stats.data_ms += ms_since(t_data);
+  }
+  if (chunk == 0) {
+    slot.input = data.first;
+  } else {
+    slot.input = take_received(kForward, chunk, mb, stats).requires_grad_(true);
+  }
+  const auto t0 = Clock::now();
+  torch::Tensor x = slot.input;
+  for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second; ++l) {
+    x = layers_.at(l)->forward(x);
+  }
+  if (chunk == last_chunk_) {
+    auto loss = model::lm_loss(x, data.second);
+    stats.loss += loss.item<double>() * loss_scale_;
+    x = loss * loss_scale_;
+  }
+  const double f_ms = ms_since(t0);
+  stats.compute_ms += f_ms;
+  stats.chunk_ms[chunk][0] += f_ms;
+  slot.output = x;
+  if (chunk < last_chunk_ && local(chunk + 1)) {
+    handoff_[{kForward, chunk + 1, mb}] = x.detach();
+  }
+}
+
+void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, StepStats& stats) {
+  auto it = slots_.find({chunk, mb});
+  BW_CHECK(it != slots_.end() && it->second.output.defined(),
+           "device {}: backward of chunk {} microbatch {} before its forward", device_, chunk, mb);
+  Slot& slot = it->second;
+  if (chunk < last_chunk_ && !slot.out_grad.defined()) {
+    slot.out_grad = take_received(kBackward, chunk, mb, stats);
+  }
+  std::vector<torch::Tensor> grads;
+  if (chunk < last_chunk_) grads.push_back(slot.out_grad);
+  const bool has_input_grad = chunk > 0;
+  const auto t0 = Clock::now();
+  if (inputs_only) {
+    // I: gradient of the chunk input only; the graph is kept for W. Chunk 0 has no input
+    // gradient (its input is tokens), so its I does nothing and its W does all the work.
+    if (has_input_grad) {
+      torch::autograd::backward({slot.output}, grads, /*retain_graph=*/true,
+                                /*create_graph=*/false, {slot.input});
+    }
+  } else if (weights_only) {
+    torch::autograd::backward({slot.output}, grads, /*retain_graph=*/false,
+                              /*create_graph=*/false, chunk_parameters(chunk));
+  } else {
+    torch::autograd::backward({slot.output}, grads);
+  }
+  const double b_ms = ms_since(t0);
+  stats.compute_ms += b_ms;
+  stats.chunk_ms[chunk][inputs_only ? 2 : weights_only ? 3 : 1] += b_ms;
+  if (!weights_only && has_input_grad) {
+    slot.in_grad = slot.input.grad();
+    BW_CHECK(slot.in_grad.defined(), "chunk {} microbatch {}: no input gradient", chunk, mb);
+    if (local(chunk - 1)) {
+      handoff_[{kBackward, chunk - 1, mb}] = slot.in_grad;
+    } else {
+      outgoing_grads_[{chunk, mb}] = slot.in_grad;
+    }
+  }
+  // After B or W the chunk is done with this microbatch; SEND_B reads outgoing_grads_.
+  if (!inputs_only) {
+    const auto t_free = Clock::now();
+    slots_.erase(it);
+    stats.free_ms += ms_since(t_free);
+  }
+}
+
+StepStats Executor::run_step(const BatchFn& batch) {
+  StepStats stats;
+  stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
+  const auto t_step = Clock::now();
+  using schedule::ActionKind;
+  for (const auto& a : pipeline_.schedule.actions[device_]) {
+    ++stats.num_actions;
+    const int c = a.chunk, m = a.microbatch;
+    const auto t_action = Clock::now();
+    switch (a.kind) {
+      case ActionKind::F:
+        forward(c, m, batch, stats);
+        break;
+      case ActionKind::B:
+        backward(c, m, false, false, stats);
+        break;
+      case ActionKind::I:
+        backward(c, m, true, false, stats);
+        break;
+      case ActionKind::W:
+        backward(c, m, false, true, stats);
+        break;
+      case ActionKind::RECV_F: {
+        auto buf = torch::empty(chunk_output_shape(c - 1), torch::kFloat32);
+        recvs_[{kForward, c, m}] = {transport_->irecv(buf, peer_rank(c - 1), tag(kForward, c, m)),
+                                    buf};
+        break;
+      }
+      case ActionKind::RECV_B: {
+        auto buf = torch::empty(chunk_output_shape(c), torch::kFloat32);
+        recvs_[{kBackward, c, m}] = {transport_->irecv(buf, peer_rank(c + 1), tag(kBackward, c, m)),
+                                     buf};
+        break;
+      }
+      case ActionKind::SEND_F: {
+        auto& slot = slots_.at({c, m});
+        auto out = slot.output.detach().contiguous();
+        sends_.push_back(transport_->isend(out, peer_rank(c + 1), tag(kForward, c + 1, m)));
+        break;
+      }
+      case ActionKind::SEND_B: {
+        auto it = outgoing_grads_.find({c, m});
+        BW_CHECK(it != outgoing_grads_.end(),
+                 "device {}: SEND_B of chunk {} microbatch {} before its I/B", device_, c, m);
+        auto grad = it->second.contiguous();
+        outgoing_grads_.erase(it);
+        sends_.push_back(transport_->isend(grad, peer_rank(c - 1), tag(kBackward, c - 1, m)));
+        break;
+      }
+    }
+    if (schedule::is_comm(a.kind)) stats.post_ms += ms_since(t_action);
+  }
+  const auto t0 = Clock::now();
+  for (auto& s : sends_) s->wait();
+  sends_.clear();
+  stats.wait_ms += ms_since(t0);
+  BW_CHECK(recvs_.empty() && handoff_.empty(),
+           "device {}: step ended with {} unconsumed receives and {} local hand-offs", device_,
+           recvs_.size(), handoff_.size());
+  BW_CHECK(slots_.empty() && outgoing_grads_.empty(),
+           "device {}: step ended with {} chunk states and {} unsent gradients", device_,
+           slots_.size(), outgoing_grads_.size());
+  stats.total_ms = ms_since(t_step);
+  return stats;
+}
+
+}  // namespace bw::runtime

@@ -1,0 +1,101 @@
+// The executor: runs one device's action list for one step (DESIGN.md "Runtime").
+//
+// Per action (after PyTorch's pipelining runtime and the lowering contract of schedule/):
+//   RECV_F/RECV_B  post an irecv into a fresh buffer (shapes are known from the model config, so
+//                  no metadata is exchanged); it is waited by the compute action that consumes it.
+//   F              run the chunk's layers; on the last chunk, the loss scaled by the
+//                  microbatch's share of the global batch (mbs / G), so gradients summed over all
+//                  microbatches of all pipelines equal the full-batch gradient.
+//   B              full backward of the chunk; parameter gradients accumulate in .grad.
+//   I / W          zero-bubble split: backward to the chunk input only (keeping the graph), then
+//                  to the parameters only (torch::autograd::backward with `inputs`).
+//   SEND_F/SEND_B  isend the output activation / input gradient; all sends are waited before the
+//                  step ends, so no buffer is reused while in flight.
+// Consecutive chunks on the same device hand tensors over locally (no communication).
+//
+// Invariants: each chunk's input is a leaf (detached) so chunk graphs are independent; every
+// (chunk, microbatch) state is freed after its last backward action; a step ends with no pending
+// receive and no live state (checked).
+//
+// Thread-safety: one Executor per worker thread.
+#pragma once
+
+#include <torch/types.h>
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "model/gpt.h"
+#include "runtime/comm.h"
+#include "runtime/layout.h"
+
+namespace bw::runtime {
+
+// Inputs and targets (int64 [mbs, T]) of local microbatch m of the current step.
+using BatchFn = std::function<std::pair<torch::Tensor, torch::Tensor>(int microbatch)>;
+
+struct StepStats {
+  double loss = 0.0;        // sum over this device's last-chunk microbatches of loss * mbs / G
+  double compute_ms = 0.0;  // inside F/B/I/W LibTorch calls
+  double wait_ms = 0.0;     // blocked on receives and sends
+  double data_ms = 0.0;     // reading microbatches from the sampler
+  double post_ms = 0.0;     // posting isend/irecv
+  double free_ms = 0.0;     // releasing a finished microbatch graph and tensors
+  double total_ms = 0.0;    // the whole action list
+  // Per chunk of the pipeline: milliseconds in F, B, I and W over the step (zero for chunks on
+  // other devices): the op timings the simulator can be fed with.
+  std::vector<std::array<double, 4>> chunk_ms;
+  int num_actions = 0;
+};
+
+class Executor {
+ public:
+  // `layers` maps layer index -> layer for every layer of this device's chunks. `transport` may
+  // be null only when the pipeline has one device. `loss_scale` = mbs / G.
+  Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
+           std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
+           int microbatch_size, double loss_scale);
+
+  StepStats run_step(const BatchFn& batch);
+
+ private:
+  enum Dir { kForward = 0, kBackward = 1 };
+  struct Slot {              // one (chunk, microbatch) in flight
+    torch::Tensor input;     // leaf; requires grad unless chunk 0
+    torch::Tensor output;    // chunk output (last chunk: the scaled loss)
+    torch::Tensor out_grad;  // gradient arriving for output (empty on the last chunk)
+    torch::Tensor in_grad;   // gradient of input, after B or I
+  };
+  using Key = std::pair<int, int>;  // (chunk, microbatch)
+
+  void forward(int chunk, int mb, const BatchFn& batch, StepStats& stats);
+  void backward(int chunk, int mb, bool inputs_only, bool weights_only, StepStats& stats);
+  torch::Tensor take_received(Dir dir, int chunk, int mb, StepStats& stats);
+  int peer_rank(int chunk) const;
+  int tag(Dir dir, int consumer_chunk, int mb) const;
+  std::vector<int64_t> chunk_output_shape(int chunk) const;
+  std::vector<torch::Tensor> chunk_parameters(int chunk) const;
+  bool local(int chunk) const;
+
+  model::GptConfig config_;
+  const PipelineLayout& pipeline_;
+  int device_;
+  std::map<int, std::shared_ptr<model::Layer>> layers_;
+  Transport* transport_;
+  int microbatch_size_;
+  double loss_scale_;
+  int last_chunk_;
+
+  std::map<Key, Slot> slots_;
+  std::map<std::tuple<int, int, int>, std::pair<std::unique_ptr<Request>, torch::Tensor>> recvs_;
+  std::map<std::tuple<int, int, int>, torch::Tensor> handoff_;  // local chunk-to-chunk tensors
+  std::map<Key, torch::Tensor> outgoing_grads_;                 // input gradients for SEND_B
+  std::vector<std::unique_ptr<Request>> sends_;
+};
+
+}  // namespace bw::runtime

@@ -1,0 +1,65 @@
+// Gradient sync across pipelines, per layer (DESIGN.md "Runtime"; Oobleck §5 syncs per layer
+// because heterogeneous pipelines split the model differently).
+//
+// The replicas of a layer (one rank per pipeline) all-reduce (sum) its gradient. Consecutive
+// layers with the same replica set share one flat bucket and one process group; groups are cached
+// per member set (a ProcessGroupGloo on the store prefix "g{generation}/grp/{r0}-{r1}-..."), and
+// two buckets with the same members reuse one group. Buckets are visited in one global layer
+// order on every rank, so collectives on overlapping groups cannot deadlock.
+//
+// Then the global gradient norm: each layer's squared norm is counted once (by the lowest rank of
+// its replica set), summed over the world together with the step's loss in one all-reduce.
+//
+// Thread-safety: one GradSync per worker thread.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "runtime/comm.h"
+#include "runtime/layout.h"
+
+namespace bw::runtime {
+
+class GradSync {
+ public:
+  // `world` may be null when the world has one rank.
+  GradSync(const RunLayout& layout, int rank, std::map<int, std::shared_ptr<model::Layer>> layers,
+           c10::intrusive_ptr<c10d::Store> store, Transport* world,
+           std::chrono::milliseconds timeout);
+
+  // All-reduces every bucket this rank belongs to (gradients summed in place).
+  void sync_gradients();
+
+  // Returns {total squared grad norm, summed loss} over the world; `local_loss` is this rank's
+  // share of the step loss.
+  std::pair<double, double> global_norm_and_loss(double local_loss);
+
+  int num_buckets() const { return static_cast<int>(mine_.size()); }
+
+ private:
+  struct MyBucket {
+    Bucket bucket;
+    std::vector<torch::Tensor> grads;  // in layer order, then parameter order
+    Transport* group = nullptr;
+  };
+  const RunLayout& layout_;
+  int rank_;
+  std::map<int, std::shared_ptr<model::Layer>> layers_;
+  Transport* world_;
+  std::map<std::vector<int>, std::unique_ptr<Transport>> groups_;
+  std::vector<MyBucket> mine_;
+  std::vector<int> owned_layers_;  // layers whose norm this rank counts
+};
+
+// Every parameter of `layers` gets a defined, zeroed .grad.
+void zero_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers);
+
+}  // namespace bw::runtime

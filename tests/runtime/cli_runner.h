@@ -1,0 +1,101 @@
+// Runs the breakwater binary as a child process with a deadline, for the multi-process tests.
+// The child gets its own process group; on timeout the whole group is killed (workers also die
+// with their coordinator through PR_SET_PDEATHSIG), so a failing test never leaves processes.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace bw::testing {
+
+struct CliResult {
+  int status = -1;  // exit code; 128 + signal when killed; -1 on timeout
+  bool timed_out = false;
+  std::string output;  // stdout and stderr together
+  pid_t pid = -1;
+};
+
+// A scratch directory removed at exit (kept when BW_KEEP_TEST_FILES is set, for debugging).
+inline std::string scratch_dir(const std::string& path) {
+  struct Remover {
+    std::string path;
+    ~Remover() {
+      if (std::getenv("BW_KEEP_TEST_FILES") == nullptr) std::filesystem::remove_all(path);
+    }
+  };
+  static std::vector<std::unique_ptr<Remover>> removers;
+  std::filesystem::create_directories(path);
+  removers.push_back(std::make_unique<Remover>());
+  removers.back()->path = path;
+  return path;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts the CLI; `on_start` (optional) runs in the test process while the child runs and may
+// return early. Waits at most `deadline_s`.
+template <typename OnStart>
+CliResult run_cli(const std::vector<std::string>& args, const std::string& log_path,
+                  double deadline_s, OnStart on_start) {
+  std::vector<std::string> full = {BW_BINARY};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  CliResult result;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(BW_BINARY, argv.data());
+    _exit(127);
+  }
+  result.pid = pid;
+  on_start(pid);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(deadline_s * 1000));
+  int status = 0;
+  while (true) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  result.output = read_text(log_path);
+  return result;
+}
+
+inline CliResult run_cli(const std::vector<std::string>& args, const std::string& log_path,
+                         double deadline_s) {
+  return run_cli(args, log_path, deadline_s, [](pid_t) {});
+}
+
+}  // namespace bw::testing

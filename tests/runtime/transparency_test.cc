@@ -1,0 +1,204 @@
+// Transparency (DESIGN.md guarantee 4): pipeline training with any schedule and plan gives the
+// same losses and final parameters as the single-process run (`--devices 1`) on the same global
+// batches. Oracle: the single-process run of the same binary, model and data. Tolerances: losses
+// relative 1e-5; parameters |a - b| <= 1e-5 + 1e-4 |b| (fp32, different summation orders of the
+// per-microbatch gradients across pipelines; AdamW divides by sqrt(v), which can amplify
+// last-bit differences of tiny gradients). The coordinator also checks that the replicas of every
+// layer end bitwise identical (else it exits non-zero).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <random>
+
+#include "cli_runner.h"
+#include "runtime/checkpoint.h"
+
+namespace bw::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using bw::testing::run_cli;
+
+constexpr double kDeadlineS = 60.0;
+constexpr int kSteps = 10;
+
+std::string work_dir() {
+  static const std::string dir = [] {
+    return bw::testing::scratch_dir(
+        (fs::path(::testing::TempDir()) / fmt::format("bw_transparency_{}", getpid())).string());
+  }();
+  return dir;
+}
+
+// A small text corpus with some structure, so losses move.
+std::string corpus() {
+  static const std::string path = [] {
+    auto p = (fs::path(work_dir()) / "corpus.txt").string();
+    std::ofstream out(p);
+    std::mt19937 rng(7);
+    const char* words[] = {"wave", "pipeline", "device", "layer", "chunk", "the", "a", "of"};
+    for (int i = 0; i < 20000; ++i) out << words[rng() % 8] << (i % 13 == 12 ? "\n" : " ");
+    return p;
+  }();
+  return path;
+}
+
+struct RunOutput {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> params;
+  std::string log;
+};
+
+RunOutput train(const std::string& name, std::vector<std::string> extra, int devices,
+                const std::string& model, int steps = kSteps) {
+  const auto out_dir = (fs::path(work_dir()) / name).string();
+  std::vector<std::string> args = {"train",
+                                   "--quiet",
+                                   fmt::format("--devices={}", devices),
+                                   "--model.name=" + model,
+                                   "--data.path=" + corpus(),
+                                   fmt::format("--train.steps={}", steps),
+                                   "--train.warmup_steps=3",
+                                   "--train.lr=1e-2",
+                                   "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=6",
+                                   "--pipeline.microbatch_size=2",
+                                   "--train.out_dir=" + out_dir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_cli(args, out_dir + ".log", kDeadlineS);
+  RunOutput out;
+  out.log = r.output;
+  EXPECT_FALSE(r.timed_out) << name << " did not finish within " << kDeadlineS << " s\n"
+                            << r.output;
+  EXPECT_EQ(r.status, 0) << name << " failed:\n" << r.output;
+  if (r.status != 0) return out;
+  std::ifstream metrics(fs::path(out_dir) / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    out.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  }
+  out.params = load_safetensors((fs::path(out_dir) / fmt::format("checkpoint-{:06d}", steps) /
+                                 "model.safetensors")
+                                    .string())
+                   .tensors;
+  return out;
+}
+
+const RunOutput& reference(const std::string& model) {
+  static std::map<std::string, RunOutput> cache;
+  auto it = cache.find(model);
+  if (it == cache.end()) {
+    it = cache.emplace(model, train("reference_" + model, {}, 1, model)).first;
+  }
+  return it->second;
+}
+
+void expect_same_training(const RunOutput& got, const RunOutput& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  int bad = 0;
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    const double rel = std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]);
+    if (rel > 1e-5 && bad++ < 5) {
+      ADD_FAILURE() << what << ": step " << s << " loss " << got.losses[s] << " vs single-process "
+                    << want.losses[s] << " (relative " << rel << ")";
+    }
+  }
+  ASSERT_EQ(got.params.size(), want.params.size()) << what;
+  double worst = 0;
+  for (const auto& [name, ref] : want.params) {
+    auto it = got.params.find(name);
+    ASSERT_NE(it, got.params.end()) << what << ": missing " << name;
+    ASSERT_EQ(it->second.sizes(), ref.sizes()) << what << ": " << name;
+    auto diff = (it->second - ref).abs();
+    auto excess = diff - (1e-5 + 1e-4 * ref.abs());
+    worst = std::max(worst, diff.max().item<double>());
+    if (excess.max().item<double>() > 0 && bad++ < 5) {
+      const int64_t i = excess.reshape({-1}).argmax().item<int64_t>();
+      ADD_FAILURE() << what << ": " << name << "[" << i
+                    << "] = " << it->second.reshape({-1})[i].item<double>() << " vs single-process "
+                    << ref.reshape({-1})[i].item<double>();
+    }
+  }
+  ::testing::Test::RecordProperty("max_abs_param_diff", std::to_string(worst));
+  std::printf("%s: max |param diff| %.3g\n", what.c_str(), worst);
+}
+
+struct Case {
+  std::string name;
+  std::string schedule;
+  std::string pipelines;  // TOML array
+  std::string model;
+  int waves = 1;
+  int chunks_per_device = 2;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class Transparency : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Transparency, MatchesSingleProcess) {
+  const auto& c = GetParam();
+  int devices = 0;
+  for (char ch : c.pipelines) {
+    if (ch >= '0' && ch <= '9') devices += ch - '0';
+  }
+  auto got = train(c.name,
+                   {"--pipeline.schedule=" + c.schedule, "--pipeline.pipelines=" + c.pipelines,
+                    fmt::format("--pipeline.waves={}", c.waves),
+                    fmt::format("--pipeline.chunks_per_device={}", c.chunks_per_device)},
+                   devices, c.model);
+  expect_same_training(got, reference(c.model), c.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, Transparency,
+                         ::testing::Values(Case{"gpipe", "gpipe", "[2]", "tiny"},
+                                           Case{"onefoneb", "1f1b", "[2]", "tiny"},
+                                           Case{"interleaved", "interleaved", "[2]", "tiny", 1, 2},
+                                           Case{"hanayo_w1", "hanayo", "[2]", "tiny", 1},
+                                           Case{"hanayo_w2", "hanayo", "[2]", "tiny:6", 2},
+                                           Case{"zbh1", "zb-h1", "[2]", "tiny"},
+                                           Case{"hetero_2_3", "1f1b", "[2, 3]", "tiny"}),
+                         [](const auto& info) { return info.param.name; });
+
+// The planner's choice (pipelines, schedule kind, uneven chunks, microbatch split) from a profile
+// measured on this machine trains like the single-process run too.
+TEST(Planned, PlannerLayoutFromMeasuredProfileMatchesSingleProcess) {
+  const auto profile = (fs::path(work_dir()) / "tiny_profile.json").string();
+  auto m = run_cli({"profile", "measure", "--model", "tiny", "--microbatch-size", "2", "--repeats",
+                    "2", "--warmup", "1", "-o", profile},
+                   profile + ".log", kDeadlineS);
+  ASSERT_EQ(m.status, 0) << m.output;
+  auto got =
+      train("planned", {"--pipeline.profile=" + profile, "--cluster.memory_gb=0.0006"}, 4, "tiny");
+  expect_same_training(got, reference("tiny"), "planned");
+}
+
+// A checkpoint written under one plan (1F1B on 2 devices) resumes under another (Hanayo on 2
+// pipelines of 1 and 2 devices) and ends where the uninterrupted single-process run ends.
+TEST(Resume, CheckpointFromOnePlanContinuesUnderAnother) {
+  auto first =
+      train("resume_first",
+            {"--pipeline.schedule=1f1b", "--pipeline.pipelines=[2]", "--train.checkpoint_every=5"},
+            2, "tiny");
+  ASSERT_FALSE(first.losses.empty());
+  const auto ckpt = (fs::path(work_dir()) / "resume_first" / "checkpoint-000005").string();
+  ASSERT_TRUE(fs::exists(fs::path(ckpt) / "checkpoint.json")) << first.log;
+  auto second = train("resume_second",
+                      {"--pipeline.schedule=hanayo", "--pipeline.waves=1",
+                       "--pipeline.pipelines=[1, 2]", "--train.resume=" + ckpt},
+                      3, "tiny");
+  const auto& ref = reference("tiny");
+  ASSERT_EQ(second.losses.size(), 5u) << second.log;
+  RunOutput tail = ref;
+  tail.losses.assign(ref.losses.begin() + 5, ref.losses.end());
+  expect_same_training(second, tail, "resumed run");
+}
+
+}  // namespace
+}  // namespace bw::runtime
