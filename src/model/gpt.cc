@@ -142,7 +142,7 @@ GptConfig named_config(const std::string& name, int vocab_size) {
   if (base == "tiny") {
     c.d_model = 32, c.n_heads = 2, c.n_blocks = 2, c.seq_len = 16;
   } else if (base == "small") {
-    c.d_model = 128, c.n_heads = 4, c.n_blocks = 4, c.seq_len = 64;
+    c.d_model = 128, c.n_heads = 4, c.n_blocks = 6, c.seq_len = 64;
   } else if (base == "gpt2-124m") {
     c.d_model = 768, c.n_heads = 12, c.n_blocks = 12, c.seq_len = 1024;
   } else {
