@@ -31,6 +31,8 @@ ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::
   const pid_t pid = fork();
   BW_CHECK(pid >= 0, "fork failed: {}", std::strerror(errno));
   if (pid == 0) {
+    // Own process group, so kill() also ends anything the child started (a shell's children).
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl
     execv(exe.c_str(), argv.data());
@@ -51,6 +53,7 @@ std::optional<int> ChildProcess::poll() {
 
 void ChildProcess::kill() {
   if (pid_ < 0 || poll()) return;
+  ::kill(-pid_, SIGKILL);  // the child's process group (see spawn)
   ::kill(pid_, SIGKILL);
   int status = 0;
   if (waitpid(pid_, &status, 0) == pid_) status_ = decode(status);
