@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <fmt/core.h>
+
 #include "core/error.h"
 
 namespace bw::runtime {
@@ -58,8 +60,8 @@ void set_log_prefix(int generation, int rank) {
 void log_line(LogLevel level, const std::string& message) {
   static const char* kNames[] = {"error", "warn", "info", "debug"};
   std::lock_guard<std::mutex> lock(mu());
-  std::fprintf(stderr, "%s %s: %s\n", prefix().c_str(), kNames[static_cast<int>(level)],
-               message.c_str());
+  // The logger is the one place in the runtime that writes to the terminal (stderr, one line).
+  fmt::print(stderr, "{} {}: {}\n", prefix(), kNames[static_cast<int>(level)], message);
 }
 
 }  // namespace bw::runtime
