@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -208,13 +209,32 @@ class ProcessFleet final : public Fleet {
     }
   }
 
-  [[noreturn]] void fail(int rank, int status, const std::string& what) {
-    std::string message = "no message";
+  // The error a rank published before exiting: {kind, message}, or nullopt.
+  std::optional<std::pair<std::string, std::string>> published_error(int rank) {
     try {
-      if (store_->check({keys::error(g_, rank)}))
-        message = as_string(store_->get(keys::error(g_, rank)));
+      if (!store_->check({keys::error(g_, rank)})) return std::nullopt;
+      const auto doc = nlohmann::json::parse(as_string(store_->get(keys::error(g_, rank))));
+      return std::make_pair(doc.at("kind").get<std::string>(),
+                            doc.at("message").get<std::string>());
     } catch (...) {
+      return std::nullopt;
     }
+  }
+
+  // A ConfigError in any worker is the user's bad input (exit status 2), even when a peer that
+  // lost its partner was noticed first; anything else is a failed peer (CommError).
+  [[noreturn]] void fail(int rank, int status, const std::string& what) {
+    // Give the other ranks a moment to publish: the first to exit may be a victim.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int r = 0; r < world_size(); ++r) {
+      auto e = published_error(r);
+      if (e && e->first == keys::kConfigError) {
+        stop_all();
+        throw ConfigError(e->second);
+      }
+    }
+    std::string message = "no message";
+    if (auto e = published_error(rank)) message = e->second;
     stop_all();
     const auto [p, d] = layout_.locate(rank);
     throw CommError(fmt::format(

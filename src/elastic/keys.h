@@ -14,7 +14,9 @@ inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JS
 inline std::string metrics(int g, int step, int rank) {
   return fmt::format("g{}/metrics/{}/{}", g, step, rank);  // StepReport
 }
+// JSON {"kind": "config" | "other", "message": what()} of the exception that ended the rank.
 inline std::string error(int g, int rank) { return fmt::format("g{}/error/{}", g, rank); }
+inline constexpr const char* kConfigError = "config";
 inline std::string heartbeat(int g, int rank) {
   return fmt::format("g{}/heartbeat/{}", g, rank);  // counter
 }

@@ -123,8 +123,12 @@ void run_worker_process(const WorkerArgs& args) {
     }
     set_string(*store, keys::done(g, args.rank), done.dump());
   } catch (const std::exception& e) {
+    // The class travels with the message, so the coordinator reports a worker's bad input as
+    // bad input (exit status 2) rather than as a failed peer.
+    const char* kind = dynamic_cast<const ConfigError*>(&e) ? keys::kConfigError : "other";
     try {
-      set_string(*store, keys::error(g, args.rank), e.what());
+      set_string(*store, keys::error(g, args.rank),
+                 nlohmann::json{{"kind", kind}, {"message", e.what()}}.dump());
     } catch (...) {
       // The store is gone too; the exit status still tells the coordinator.
     }

@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <utility>
+
+#include "core/check.h"
+#include "plan/cost_model.h"
 #include "plan/schedule_aware.h"
+#include "schedule/generate.h"
 
 namespace bw::plan {
 namespace {
@@ -45,6 +51,52 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
       profile.model, cluster.device_memory_gb, cluster.devices_per_node));
 }
 
+// Whether schedule::generate accepts `kind` for template `t` with m microbatches.
+bool generates(Template t, const std::string& kind, int m) {
+  t.schedule = kind;
+  try {
+    schedule::check_spec(schedule_spec(t, m));
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+// Templates choose their kind at the template's microbatch count; the batch split may give a
+// pipeline another count. Re-picks each pipeline's kind at the count it actually gets: the
+// fastest (simulated at that count) that generate() accepts and that fits memory, else the
+// accepted one with the least memory. Then the plan's predictions follow.
+void fit_schedules(Plan& plan, const Profile& profile, const Cluster& cluster,
+                   const TemplateOptions& opt) {
+  if (opt.schedule_kinds.empty()) return;
+  const CostModel model(profile, cluster, opt.cost);
+  const double mem_limit = cluster.device_memory_bytes();
+  for (auto& p : plan.pipelines) {
+    const int m = p.microbatches;
+    Template at_m = p.tmpl;
+    at_m.microbatches = m;
+    std::optional<std::pair<std::string, ScheduleEstimate>> fast, small;
+    for (const auto& kind : opt.schedule_kinds) {
+      if (!generates(at_m, kind, m)) continue;
+      auto est = opt.evaluator(at_m, kind);
+      if (!est) continue;
+      const double ms = est->fixed_ms + est->per_microbatch_ms * m;
+      if (est->peak_memory_bytes <= mem_limit &&
+          (!fast || ms < fast->second.fixed_ms + fast->second.per_microbatch_ms * m))
+        fast = std::make_pair(kind, *est);
+      if (!small || est->peak_memory_bytes < small->second.peak_memory_bytes)
+        small = std::make_pair(kind, *est);
+    }
+    auto& pick = fast ? fast : small;
+    if (pick) {
+      set_schedule(at_m, pick->first, pick->second, model);
+      p.tmpl = std::move(at_m);
+    }
+    BW_CHECK(generates(p.tmpl, p.tmpl.schedule, m), "no schedule kind runs {} microbatches", m);
+  }
+  update_predictions(plan, cluster);
+}
+
 }  // namespace
 
 PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_tolerance,
@@ -65,16 +117,18 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
   if (best.templates.templates.empty()) does_not_fit(profile, cluster, opt);
   best.plan =
       instantiate(best.templates, cluster.num_nodes, fault_tolerance, microbatches, cluster);
+  fit_schedules(best.plan, profile, cluster, opt);
   if (options.template_microbatches) return best;
   const int m2 = std::max(1, ceil_div(microbatches, static_cast<int>(best.plan.pipelines.size())));
   if (m2 == m1) return best;
   PlanResult second;
-  second.templates =
-      generate_templates(profile, cluster, template_options(options, m2, profile, cluster));
+  const TemplateOptions opt2 = template_options(options, m2, profile, cluster);
+  second.templates = generate_templates(profile, cluster, opt2);
   if (second.templates.templates.empty()) return best;
   try {
     second.plan =
         instantiate(second.templates, cluster.num_nodes, fault_tolerance, microbatches, cluster);
+    fit_schedules(second.plan, profile, cluster, opt2);
   } catch (const ConfigError&) {
     return best;
   }

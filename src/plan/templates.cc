@@ -162,6 +162,25 @@ Template make_template(const CostModel& model, const std::vector<StageShape>& sh
   return t;
 }
 
+void set_schedule(Template& t, const std::string& kind, ScheduleEstimate estimate,
+                  const CostModel& model) {
+  t.schedule = kind;
+  t.estimate = std::move(estimate);
+  t.peak_memory_bytes = t.estimate.peak_memory_bytes;
+  if (!t.estimate.chunks.empty()) {
+    t.chunks = t.estimate.chunks;
+    for (auto& st : t.stages) st.param_bytes = 0;
+    for (const auto& c : t.chunks)
+      t.stages[c.stage].param_bytes += model.param_bytes(c.first_layer, c.num_layers);
+  }
+  if (t.estimate.stage_memory_bytes.size() == t.stages.size())
+    for (size_t k = 0; k < t.stages.size(); ++k)
+      t.stages[k].memory_bytes = t.estimate.stage_memory_bytes[k];
+  // The template carries them; the estimate keeps only the time and peak.
+  t.estimate.chunks.clear();
+  t.estimate.stage_memory_bytes.clear();
+}
+
 TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
                                const TemplateOptions& options) {
   validate(cluster);
@@ -328,23 +347,7 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
     }
     // When no simulated kind fits, the closed-form 1F1B template (which fits under the
     // closed-form model) stays, so that node counts have no gaps.
-    if (pick) {
-      t.schedule = pick->first;
-      t.estimate = pick->second;
-      t.peak_memory_bytes = pick->second.peak_memory_bytes;
-      if (!t.estimate.chunks.empty()) {
-        t.chunks = t.estimate.chunks;
-        for (auto& st : t.stages) st.param_bytes = 0;
-        for (const auto& c : t.chunks)
-          t.stages[c.stage].param_bytes += model.param_bytes(c.first_layer, c.num_layers);
-      }
-      if (t.estimate.stage_memory_bytes.size() == t.stages.size())
-        for (size_t k = 0; k < t.stages.size(); ++k)
-          t.stages[k].memory_bytes = t.estimate.stage_memory_bytes[k];
-      // The template carries them; the estimate keeps only the time and peak.
-      t.estimate.chunks.clear();
-      t.estimate.stage_memory_bytes.clear();
-    }
+    if (pick) set_schedule(t, pick->first, pick->second, model);
   };
   const int count = static_cast<int>(set.templates.size());
   if (threads == 1 || count < 2) {

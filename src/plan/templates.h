@@ -102,6 +102,11 @@ struct TemplateOptions {
   int threads = 1;  // worker threads for the search; the result is the same for any count
 };
 
+// Makes `kind` with `estimate` (from a ScheduleEvaluator) the template's schedule: its chunks,
+// stage parameter bytes and memory follow the estimate.
+void set_schedule(Template& t, const std::string& kind, ScheduleEstimate estimate,
+                  const CostModel& model);
+
 struct TemplateSet {
   int num_layers = 0;
   int devices_per_node = 0;

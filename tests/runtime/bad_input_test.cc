@@ -118,6 +118,26 @@ TEST(BadResume, CheckpointOfAnotherModelIsAConfigError) {
   EXPECT_NE(b.output.find("error: checkpoint"), std::string::npos) << b.output;
 }
 
+// A ConfigError only a worker sees (here: its checkpoint shard cannot be written because a
+// directory blocks the file) reaches the user as one `error:` line with exit status 2, the
+// status of bad input, not 3 (a failed peer).
+TEST(WorkerConfigError, ReachesTheUserAsBadInput) {
+  const auto out = (fs::path(dir()) / "worker_config_error").string();
+  const auto blocker = fs::path(out) / "checkpoint-000001" / "shard-0.model.safetensors.tmp";
+  fs::create_directories(blocker);
+  auto r = run_cli({"train", "--quiet", "--devices=2", "--model.name=tiny",
+                    "--data.path=" + write_corpus("worker_error.txt", 20000), "--train.steps=2",
+                    "--train.checkpoint_every=1", "--pipeline.microbatches=4",
+                    "--pipeline.microbatch_size=2", "--train.out_dir=" + out},
+                   out + ".log", kDeadlineS);
+  EXPECT_FALSE(r.timed_out) << "hung";
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("error: cannot open '" + blocker.string() + "' for writing"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("exited with status"), std::string::npos) << r.output;
+}
+
 // Children of `pid` (from /proc), to find the workers of a coordinator.
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
