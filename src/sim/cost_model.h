@@ -40,6 +40,10 @@ struct CostModel {
   LinkModel link;                 // between devices of one node (all devices when flat)
   LinkModel inter_node_link;      // between nodes, used when devices_per_node > 0
   int devices_per_node = 0;       // 0: one flat network
+  // The runtime's own time per action (posting a send or receive, bookkeeping around a compute),
+  // charged to the device after each action as idle time. 0 models a free runtime; the runtime
+  // benchmark measures it (docs/runtime.md) so predictions of real steps include it.
+  double action_overhead_ms = 0;
 
   const LinkModel& link_between(int src_device, int dst_device) const;
 };

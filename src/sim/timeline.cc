@@ -259,6 +259,7 @@ class Simulator {
           break;
         }
       }
+      clock_[d] += cm_.action_overhead_ms;
       ++pos_[d];
     }
   }

@@ -193,3 +193,40 @@ TEST(ClosedForm, ChimeraBasicUnitStaysWithinPUnitsAndBeats1F1B) {
 
 }  // namespace
 }  // namespace bw::sim
+
+namespace bw::sim {
+namespace {
+
+// The runtime's per-action overhead: on one device every action adds it once to the makespan;
+// on P devices it lies between the busiest device's own overheads and all overheads in sequence.
+TEST(ActionOverhead, OneDeviceAddsItPerActionAndPipelinesStayWithinBounds) {
+  for (const char* kind : {"gpipe", "1f1b", "hanayo", "zb-h1"})
+    for (int P : {1, 2, 4})
+      for (int B : {P, 2 * P + 1})
+        for (double o : {0.05, 0.5}) {
+          auto s = schedule::lower(
+              schedule::generate({.kind = kind, .devices = P, .microbatches = B, .waves = 2}));
+          CostModel cm = stage_costs(s, {.forward_ms = 1, .backward_ms = 2});
+          const SimResult base = simulate(s, cm);
+          cm.action_overhead_ms = o;
+          const SimResult with = simulate(s, cm);
+          size_t total = 0;
+          double lower = 0;
+          for (int d = 0; d < P; ++d) {
+            total += s.actions[d].size();
+            lower = std::max(lower, with.busy_ms[d] + o * s.actions[d].size());
+          }
+          EXPECT_NEAR(with.busy_ms[0], base.busy_ms[0], 1e-9) << "overhead is not compute";
+          if (P == 1) {
+            ASSERT_NEAR(with.makespan_ms, base.makespan_ms + o * total, 1e-9) << kind;
+          } else {
+            ASSERT_GE(with.makespan_ms, lower - 1e-9) << kind << " P=" << P << " B=" << B;
+            ASSERT_LE(with.makespan_ms, base.makespan_ms + o * total + 1e-9)
+                << kind << " P=" << P << " B=" << B;
+            ASSERT_GT(with.makespan_ms, base.makespan_ms) << kind << " P=" << P << " B=" << B;
+          }
+        }
+}
+
+}  // namespace
+}  // namespace bw::sim
