@@ -90,6 +90,12 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
   cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
   cmd->allow_extras();
+  cmd->footer(
+      "\nAny key of the run config can be overridden as --section.key=value, e.g.\n"
+      "  --pipeline.schedule=1f1b --pipeline.pipelines=[1,3] --train.steps=20 "
+      "--model.name=tiny\n"
+      "Sections: model, data, cluster, pipeline, elastic, train; every key, its type and default\n"
+      "are in examples/train.toml and docs/config.md. Unknown keys are errors.");
   cmd->callback([cmd, args] {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
