@@ -158,6 +158,23 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
+// Waits (up to 30 s) until training has written a few metrics lines, then sends `sig` to one of
+// the coordinator's workers (the last one when `last`, else the first). Returns its pid, or -1
+// when the coordinator had no worker.
+pid_t signal_worker_when_training(const std::string& out_dir, pid_t coordinator, int sig,
+                                  bool last) {
+  const auto metrics = fs::path(out_dir) / "metrics.jsonl";
+  for (int i = 0; i < 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (fs::exists(metrics) && fs::file_size(metrics) > 500) break;
+  }
+  const auto workers = children_of(coordinator);
+  if (workers.empty()) return -1;
+  const pid_t victim = last ? workers.back() : workers.front();
+  ::kill(victim, sig);
+  return victim;
+}
+
 // A worker killed with SIGKILL mid-run: the coordinator stops everything and exits with the
 // communication-error status (3) naming the rank, well within the deadline.
 TEST(WorkerFailure, KilledWorkerStopsTheRunCleanly) {
@@ -175,21 +192,11 @@ TEST(WorkerFailure, KilledWorkerStopsTheRunCleanly) {
                                    "--pipeline.microbatch_size=2",
                                    "--elastic.step_timeout_s=20",
                                    "--train.out_dir=" + out_dir};
-  std::vector<pid_t> killed;
+  pid_t killed = -1;
   auto r = run_cli(args, out_dir + ".log", kDeadlineS, [&](pid_t coordinator) {
-    // Wait until training runs (a few metrics lines), then kill the last worker.
-    const auto metrics = fs::path(out_dir) / "metrics.jsonl";
-    for (int i = 0; i < 3000; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (fs::exists(metrics) && fs::file_size(metrics) > 500) break;
-    }
-    auto workers = children_of(coordinator);
-    if (!workers.empty()) {
-      ::kill(workers.back(), SIGKILL);
-      killed.push_back(workers.back());
-    }
+    killed = signal_worker_when_training(out_dir, coordinator, SIGKILL, /*last=*/true);
   });
-  ASSERT_EQ(killed.size(), 1u) << "no worker found:\n" << r.output;
+  ASSERT_NE(killed, -1) << "no worker found:\n" << r.output;
   EXPECT_FALSE(r.timed_out) << "the coordinator hung after a worker died:\n" << r.output;
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("exited with status"), std::string::npos) << r.output;
@@ -216,20 +223,11 @@ TEST(WorkerFailure, StoppedWorkerIsDetectedByHeartbeat) {
                                    "--elastic.step_timeout_s=300",
                                    "--elastic.heartbeat_timeout_s=2",
                                    "--train.out_dir=" + out_dir};
-  std::vector<pid_t> stopped;
+  pid_t stopped = -1;
   auto r = run_cli(args, out_dir + ".log", kDeadlineS, [&](pid_t coordinator) {
-    const auto metrics = fs::path(out_dir) / "metrics.jsonl";
-    for (int i = 0; i < 3000; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (fs::exists(metrics) && fs::file_size(metrics) > 500) break;
-    }
-    auto workers = children_of(coordinator);
-    if (!workers.empty()) {
-      ::kill(workers.front(), SIGSTOP);
-      stopped.push_back(workers.front());
-    }
+    stopped = signal_worker_when_training(out_dir, coordinator, SIGSTOP, /*last=*/false);
   });
-  ASSERT_EQ(stopped.size(), 1u) << "no worker found:\n" << r.output;
+  ASSERT_NE(stopped, -1) << "no worker found:\n" << r.output;
   EXPECT_FALSE(r.timed_out) << "the coordinator hung on a stopped worker:\n" << r.output;
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("no heartbeat"), std::string::npos) << r.output;
