@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/registry.h"
@@ -62,6 +63,42 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   std::fflush(stderr);
 }
 
+// Events as they happen: a lost node at once, the recovery when the new plan commits its first
+// step.
+void print_event(const elastic::Event& e, bool tty) {
+  const char* lead = tty ? "\r\x1b[K" : "";
+  if (e.kind == "node_lost") {
+    fmt::print(stderr, "{}event: node {} lost at step {} (generation {}): {}\n", lead,
+               fmt::join(e.nodes, ","), e.step, e.generation, e.cause);
+  } else if (e.kind == "recovered") {
+    fmt::print(stderr,
+               "{}event: recovered from {} of node(s) {} in {:.0f} ms; plan {} -> {} (generation "
+               "{}, resuming at step {})\n",
+               lead, e.cause == "node_lost" ? "the loss" : e.cause == "node_joined" ? "the join" : e.cause,
+               fmt::join(e.nodes, ","), e.recovery_ms, e.old_plan, e.new_plan, e.generation,
+               e.step);
+  } else if (e.kind == "stopped") {
+    fmt::print(stderr, "{}event: stopping at step {}: {}\n", lead, e.step, e.cause);
+  }
+  std::fflush(stderr);
+}
+
+void print_events(const std::vector<elastic::Event>& events) {
+  bool any = false;
+  for (const auto& e : events) any = any || e.kind == "recovered";
+  if (!any) return;
+  fmt::print("\n{:<11} {:>5} {:<8} {:>4} {:>9} {:>9} {:>8} {:>10} {:>11} {:>9} {:>11}\n", "event",
+             "step", "nodes", "gen", "detect ms", "stop ms", "plan ms", "regroup ms",
+             "transfer ms", "replay ms", "recovery ms");
+  for (const auto& e : events) {
+    if (e.kind != "recovered") continue;
+    fmt::print("{:<11} {:>5} {:<8} {:>4} {:>9.0f} {:>9.0f} {:>8.1f} {:>10.0f} {:>11.1f} {:>9.0f} {:>11.0f}\n",
+               e.cause, e.step, fmt::format("{}", fmt::join(e.nodes, ",")), e.generation,
+               e.detect_ms, e.quiesce_ms, e.plan_ms, e.regroup_ms, e.transfer_ms, e.replay_ms,
+               e.recovery_ms);
+  }
+}
+
 void print_summary(const elastic::RunSummary& s) {
   fmt::print("\n{:<28} {}\n", "steps",
              fmt::format("{} (from step {})", s.steps_done, s.first_step));
@@ -70,13 +107,14 @@ void print_summary(const elastic::RunSummary& s) {
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
              "compute %");
-  for (int r = 0; r < static_cast<int>(s.peak_rss_kb.size()); ++r) {
+  for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size()); ++r) {
     const auto [p, d] = s.layout.locate(r);
     fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>10.1f}\n", r, p, d, s.peak_rss_kb[r] / 1024.0,
                100.0 * s.compute_share[r]);
   }
   fmt::print("{:<28} {}\n", "metrics", s.metrics_path);
   if (!s.checkpoint.empty()) fmt::print("{:<28} {}\n", "checkpoint", s.checkpoint);
+  print_events(s.events);
   if (!s.sample.empty()) fmt::print("\nsample:\n{}\n", s.sample);
 }
 
@@ -109,6 +147,7 @@ void add_train(CLI::App& app) {
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
         print_progress(s, tty, config.train.log_every);
       };
+      options.on_event = [tty](const elastic::Event& e) { print_event(e, tty); };
     }
     const auto summary = elastic::run_training(config, options);
     if (!args->quiet) print_summary(summary);

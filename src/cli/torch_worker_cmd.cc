@@ -1,5 +1,10 @@
-// `breakwater worker` (hidden): one worker process, started by the coordinator with the address
-// of its store, its rank and the generation. Not meant to be run by hand.
+// `breakwater worker` (hidden): one worker process, started by a node's agent with the address
+// of the coordinator's store, its stable worker id, its node and the node's incarnation. Not meant
+// to be run by hand.
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "cli/registry.h"
 #include "elastic/worker_main.h"
 
@@ -12,9 +17,18 @@ void add_worker(CLI::App& app) {
   auto args = std::make_shared<elastic::WorkerArgs>();
   cmd->add_option("--store-host", args->store_host);
   cmd->add_option("--store-port", args->store_port)->required();
-  cmd->add_option("--rank", args->rank)->required();
-  cmd->add_option("--generation", args->generation);
-  cmd->callback([args] { elastic::run_worker_process(*args); });
+  cmd->add_option("--worker-id", args->worker)->required();
+  cmd->add_option("--node", args->node)->required();
+  cmd->add_option("--device", args->device);
+  cmd->add_option("--incarnation", args->incarnation);
+  cmd->callback([args] {
+    const int status = elastic::run_worker_process(*args);
+    // Old process groups may still be closing on background threads: leave without running
+    // static destructors under them.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(status);
+  });
 }
 
 const Registrar kRegister("worker", 100, add_worker);

@@ -1,16 +1,16 @@
-// The coordinator: the process that owns a training run (DESIGN.md "Elastic control plane").
-// It loads the data and model shapes, computes the layout of generation 0 (planning.h), hosts the
-// c10d TCPStore (it must outlive the workers), publishes the config, layout and start position
-// under the generation's keys (keys.h), spawns one worker process per device (our own binary's
-// hidden `worker` subcommand), and then follows the run through the store: per-step metrics from
-// every rank, checkpoints merged from the ranks' shards, and at the end a check that all replicas
-// of every layer are bitwise identical. `--devices 1` runs the whole model in this process
-// instead: the single-process reference of the transparency tests.
+// The coordinator: the process that owns a training run (docs/elastic.md). It loads the data and
+// model shapes, plans generation 0 (planning.h), hosts the c10d TCPStore for the whole run (it
+// must outlive every worker), starts one agent per node (local child processes, `breakwater
+// agent`), and runs the supervisor (supervisor.h) until the run ends: steps committed, failures
+// and joins turned into new generations, checkpoints merged from the ranks' shards, and at the
+// end a check that all replicas of every layer are bitwise identical (parameters and AdamW
+// state). It writes metrics.jsonl (a line per committed step and per event) and reports events
+// to the CLI as they happen. `--devices 1` runs the whole model in this process instead: the
+// single-process reference of the transparency tests.
 //
-// Liveness: every wait polls the children and has a deadline (elastic.step_timeout_s). A worker
-// that exits early or a step that does not finish in time stops every worker and raises
-// CommError naming the rank, its exit status and its error message; nothing hangs. The elastic
-// layer extends this loop with reconfiguration (a new generation) instead of stopping.
+// Liveness: every wait has a deadline. More failures than the plan survives stop the run with
+// CommError (exit status 3) whose message says what was saved and how to resume; a worker's bad
+// input is a ConfigError (2), a worker's bug an InternalError (1).
 //
 // Thread-safety: run_training is called from one thread.
 #pragma once
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/supervisor.h"
 #include "runtime/config.h"
 #include "runtime/layout.h"
 #include "runtime/worker.h"
@@ -35,6 +36,9 @@ struct StepSummary {
   double tokens_per_s = 0.0;
   double elapsed_s = 0.0;
   double eta_s = 0.0;
+  int generation = 0;
+  int world = 0;
+  std::string samples;  // digest of the step's sample ids
   std::vector<runtime::StepReport> reports;  // one per rank
 };
 
@@ -52,6 +56,8 @@ struct RunSummary {
   std::string checkpoint;             // sidecar path of the final checkpoint
   std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
+  std::vector<Event> events;  // failures, joins, recoveries, in order
+  int generations = 1;
 };
 
 struct CoordinatorOptions {
@@ -59,6 +65,7 @@ struct CoordinatorOptions {
   std::string executable;  // binary with the `worker` subcommand; empty = this one
   std::function<void(const runtime::RunLayout&, const std::vector<std::string>& notes)> on_plan;
   std::function<void(const StepSummary&)> on_step;
+  std::function<void(const Event&)> on_event;
 };
 
 RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptions& options);

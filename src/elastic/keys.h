@@ -1,5 +1,8 @@
-// Store keys of one generation, shared by the coordinator and its workers. Everything a
-// generation publishes lives under "g{generation}/", so a new generation never reads stale keys.
+// Store keys of the elastic control plane, shared by the coordinator, agents and workers
+// (docs/elastic.md "Protocol" lists who writes and who waits on each). Everything a generation
+// publishes lives under "g{generation}/", so a new generation never reads stale keys; run-level
+// keys (config, heartbeats, exit reports) outlive generations. Counters ("n..." and heartbeats)
+// are c10d add() keys, so the coordinator polls one key instead of one per rank.
 #pragma once
 
 #include <fmt/format.h>
@@ -8,18 +11,53 @@
 
 namespace bw::elastic::keys {
 
-inline std::string config(int g) { return fmt::format("g{}/config", g); }  // TOML
+// --- run level
+inline std::string config() { return "run/config"; }  // TOML of the resolved config
+inline std::string exits() { return "run/exits"; }    // counter: agent exit reports so far
+// JSON {"worker", "status", "incarnation"}: an agent saw one of its workers exit.
+inline std::string node_exit(int node, int incarnation) {
+  return fmt::format("node/{}/{}/exit", node, incarnation);
+}
+inline std::string node_heartbeat(int node) { return fmt::format("node/{}/hb", node); }
+inline std::string worker_heartbeat(int worker) { return fmt::format("w/{}/hb", worker); }
+// Set by a worker process once it is connected and loaded: it can join a generation.
+inline std::string worker_up(int worker, int incarnation) {
+  return fmt::format("w/{}/{}/up", worker, incarnation);
+}
+// The first generation a worker process takes part in (set by the coordinator).
+inline std::string worker_generation(int worker, int incarnation) {
+  return fmt::format("w/{}/{}/gen", worker, incarnation);
+}
+// JSON {"kind": "config" | "other", "message"} of the exception that ended a worker process.
+inline std::string worker_error(int worker) { return fmt::format("w/{}/error", worker); }
+inline constexpr const char* kConfigError = "config";
+// Fault injection: counter (fires once) and the wall-clock ms of the fault.
+inline std::string inject_fired(int index) { return fmt::format("inject/{}", index); }
+inline std::string inject_time(int index) { return fmt::format("inject/{}/at", index); }
+
+// --- per generation
 inline std::string layout(int g) { return fmt::format("g{}/layout", g); }  // JSON
 inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JSON
-inline std::string metrics(int g, int step, int rank) {
-  return fmt::format("g{}/metrics/{}/{}", g, step, rank);  // StepReport
+inline std::string abort(int g) { return fmt::format("g{}/abort", g); }
+// JSON {"regroup_ms", "transfer_ms"} once a rank has its groups and state.
+inline std::string joined(int g, int rank) { return fmt::format("g{}/joined/{}", g, rank); }
+inline std::string ready(int g, int step, int rank) {
+  return fmt::format("g{}/ready/{}/{}", g, step, rank);  // StepReport JSON
 }
-// JSON {"kind": "config" | "other", "message": what()} of the exception that ended the rank.
-inline std::string error(int g, int rank) { return fmt::format("g{}/error/{}", g, rank); }
-inline constexpr const char* kConfigError = "config";
-inline std::string heartbeat(int g, int rank) {
-  return fmt::format("g{}/heartbeat/{}", g, rank);  // counter
-}
+inline std::string num_ready(int g, int step) { return fmt::format("g{}/nready/{}", g, step); }
+// "commit" | "last" (commit, then the generation ends) | "abort".
+inline std::string decision(int g, int step) { return fmt::format("g{}/decision/{}", g, step); }
+inline std::string num_saved(int g, int step) { return fmt::format("g{}/nsaved/{}", g, step); }
 inline std::string done(int g, int rank) { return fmt::format("g{}/done/{}", g, rank); }
+inline std::string num_done(int g) { return fmt::format("g{}/ndone", g); }
+// A rank left the generation on its own (a CommError): the message, and a counter.
+inline std::string left(int g, int rank) { return fmt::format("g{}/left/{}", g, rank); }
+inline std::string num_left(int g) { return fmt::format("g{}/nleft", g); }
+// JSON {"steps_done", "layers"}: a worker left generation g with this state.
+inline std::string stopped(int g, int worker) { return fmt::format("g{}/stopped/{}", g, worker); }
+inline std::string num_stopped(int g) { return fmt::format("g{}/nstopped", g); }
+// JSON {"kind": "generation", "generation"} | {"kind": "shutdown", "save": ...}.
+inline std::string next(int g) { return fmt::format("g{}/next", g); }
+inline std::string num_final(int g) { return fmt::format("g{}/nfinal", g); }
 
 }  // namespace bw::elastic::keys

@@ -17,8 +17,44 @@
 namespace bw::elastic {
 namespace {
 
-schedule::ScheduleSpec fit_spec(const runtime::PipelineConfig& p, int devices, int microbatches,
-                                int num_layers, std::vector<std::string>& notes) {
+// A template's schedule as a spec: "1f1b", "gpipe", "zb-h1", "zb-v", "interleaved" (v = 2, as the
+// planner simulates it) or "interleaved-v{v}", "hanayo-w{W}".
+schedule::ScheduleSpec spec_of(const std::string& label, int devices, int microbatches) {
+  schedule::ScheduleSpec spec;
+  spec.devices = devices;
+  spec.microbatches = microbatches;
+  spec.kind = label;
+  if (label.rfind("hanayo-w", 0) == 0) {
+    spec.kind = "hanayo";
+    spec.waves = std::stoi(label.substr(8));
+  } else if (label.rfind("interleaved-v", 0) == 0) {
+    spec.kind = "interleaved";
+    spec.chunks_per_device = std::stoi(label.substr(13));
+  } else if (label == "interleaved") {
+    spec.chunks_per_device = 2;
+  }
+  return spec;
+}
+
+std::string label_of(const schedule::ScheduleSpec& spec) {
+  if (spec.kind == "hanayo") return fmt::format("hanayo-w{}", spec.waves);
+  if (spec.kind == "interleaved") return fmt::format("interleaved-v{}", spec.chunks_per_device);
+  return spec.kind;
+}
+
+bool accepts(const schedule::ScheduleSpec& spec, int num_layers) {
+  try {
+    schedule::check_spec(spec);
+    return schedule::num_chunks(spec) <= num_layers;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+// The config's schedule fitted to `devices` and the model's layers (fewer waves or chunks per
+// device when there are not enough layers); nullopt when not even that fits.
+std::optional<schedule::ScheduleSpec> config_spec(const runtime::PipelineConfig& p, int devices,
+                                                  int microbatches, int num_layers) {
   schedule::ScheduleSpec spec;
   spec.kind = p.schedule;
   spec.devices = devices;
@@ -32,24 +68,37 @@ schedule::ScheduleSpec fit_spec(const runtime::PipelineConfig& p, int devices, i
   }
   while (spec.kind == "hanayo" && spec.waves > 1 && schedule::num_chunks(spec) > num_layers) {
     --spec.waves;
-    if (schedule::num_chunks(spec) <= num_layers) {
-      notes.push_back(fmt::format(
-          "hanayo with {} waves needs more chunks than the model's {} layers on {} devices; "
-          "running {} wave(s)",
-          p.waves, num_layers, devices, spec.waves));
-    }
   }
   while (spec.kind == "interleaved" && spec.chunks_per_device > 1 &&
          schedule::num_chunks(spec) > num_layers) {
     --spec.chunks_per_device;
-    if (schedule::num_chunks(spec) <= num_layers) {
-      notes.push_back(fmt::format(
-          "interleaved with {} chunks per device needs more chunks than the model's {} layers "
-          "on {} devices; running {}",
-          p.chunks_per_device, num_layers, devices, spec.chunks_per_device));
-    }
   }
+  if (schedule::num_chunks(spec) > num_layers) return std::nullopt;
   return spec;
+}
+
+// `spec` if it accepts its microbatch count, else the nearest that does: fewer waves or chunks,
+// then 1f1b, then gpipe (which accepts any count).
+schedule::ScheduleSpec refit(schedule::ScheduleSpec spec, int num_layers) {
+  if (accepts(spec, num_layers)) return spec;
+  auto s = spec;
+  while (s.kind == "hanayo" && s.waves > 1) {
+    --s.waves;
+    if (accepts(s, num_layers)) return s;
+  }
+  while (s.kind == "interleaved" && s.chunks_per_device > 1) {
+    --s.chunks_per_device;
+    if (accepts(s, num_layers)) return s;
+  }
+  for (const char* kind : {"1f1b", "gpipe"}) {
+    s = spec;
+    s.kind = kind;
+    if (accepts(s, num_layers)) return s;
+  }
+  throw ConfigError(fmt::format(
+      "no schedule runs {} microbatches on {} devices with {} layers; give the pipelines more "
+      "microbatches (pipeline.microbatches) or use fewer devices",
+      spec.microbatches, spec.devices, num_layers));
 }
 
 runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int num_layers) {
@@ -68,25 +117,245 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
   return pl;
 }
 
-// The pipeline the planner's template describes: its schedule kind and its chunks' layers. Nullopt
-// when a stage spans several devices (data parallelism inside a stage, which the runtime does not
-// run); the caller then uses the config's schedule on an even split.
-std::optional<runtime::PipelineLayout> template_pipeline(const plan::Template& t, int microbatches,
-                                                         int num_layers) {
-  for (const auto& stage : t.stages) {
-    if (stage.num_devices != 1) return std::nullopt;
+// A uniform template on n nodes: the config's schedule on n * g devices, even layer split, one
+// cost unit (1 ms) per layer per microbatch. Nullopt when the schedule does not fit the layers.
+std::optional<plan::Template> uniform_template(const runtime::PipelineConfig& p, int nodes,
+                                               int devices_per_node, int num_layers) {
+  const int devices = nodes * devices_per_node;
+  if (devices > num_layers) return std::nullopt;
+  auto spec = config_spec(p, devices, std::max(p.microbatches, 2 * devices), num_layers);
+  if (!spec) return std::nullopt;
+  plan::Template t;
+  t.num_nodes = nodes;
+  t.devices_per_node = devices_per_node;
+  t.schedule = label_of(*spec);
+  t.microbatches = p.microbatches;
+  const auto placement = schedule::chunk_placement(*spec);
+  const auto ranges = runtime::split_layers(num_layers, static_cast<int>(placement.size()));
+  std::vector<double> stage_ms(devices, 0.0);
+  for (size_t c = 0; c < placement.size(); ++c) {
+    plan::Chunk chunk;
+    chunk.first_layer = ranges[c].first;
+    chunk.num_layers = ranges[c].second - ranges[c].first;
+    chunk.stage = placement[c];
+    stage_ms[chunk.stage] += chunk.num_layers;
+    t.chunks.push_back(chunk);
   }
-  const auto spec = plan::schedule_spec(t, microbatches);
-  auto pl = make_pipeline(spec, num_layers);
-  if (t.chunks.size() != pl.chunk_layers.size()) return std::nullopt;
-  for (size_t c = 0; c < t.chunks.size(); ++c) {
-    if (t.chunks[c].stage != pl.schedule.chunk_device[c]) return std::nullopt;
-    pl.chunk_layers[c] = {t.chunks[c].first_layer, t.chunks[c].end_layer()};
+  // Stages carry the contiguous 1F1B partition (plan.h); the chunks say what each device holds.
+  const auto stage_ranges = runtime::split_layers(num_layers, devices);
+  for (int s = 0; s < devices; ++s) {
+    plan::Stage st;
+    st.node = s / devices_per_node;
+    st.first_device = s % devices_per_node;
+    st.num_devices = 1;
+    st.first_layer = stage_ranges[s].first;
+    st.num_layers = stage_ranges[s].second - stage_ranges[s].first;
+    st.forward_ms = stage_ms[s] / 3;
+    st.backward_ms = 2 * stage_ms[s] / 3;
+    st.stage_ms = stage_ms[s];
+    t.stages.push_back(st);
   }
-  return pl;
+  double sum = 0, mx = 0;
+  for (int s = 0; s < devices; ++s) {
+    sum += stage_ms[s];
+    if (stage_ms[s] > mx) {
+      mx = stage_ms[s];
+      t.bottleneck = s;
+    }
+  }
+  t.sum_stage_ms = sum;
+  t.max_stage_ms = mx;
+  t.estimate.fixed_ms = sum - mx;
+  t.estimate.per_microbatch_ms = mx;
+  return t;
+}
+
+std::string node_ids(const std::vector<NodeId>& nodes) {
+  std::vector<int> v;
+  for (auto n : nodes) v.push_back(n.value());
+  return fmt::format("{}", fmt::join(v, ","));
 }
 
 }  // namespace
+
+RunPlan layout_plan(const PlanContext& ctx, const plan::Plan& plan) {
+  RunPlan out;
+  out.plan = plan;
+  auto& layout = out.layout;
+  const int num_layers = model::num_layers(ctx.model);
+  layout.generation = plan.generation;
+  layout.num_layers = num_layers;
+  layout.vocab_size = ctx.model.vocab_size;
+  layout.microbatch_size = ctx.config.pipeline.microbatch_size;
+  layout.total_microbatches = plan.global_microbatches;
+  int rank = 0, mb = 0;
+  for (size_t i = 0; i < plan.pipelines.size(); ++i) {
+    const auto& pipe = plan.pipelines[i];
+    const auto& t = pipe.tmpl;
+    for (size_t s = 0; s < t.stages.size(); ++s) {
+      if (t.stages[s].num_devices != 1) {
+        throw ConfigError(fmt::format(
+            "the plan's template for {} nodes runs stage {} on {} devices, and the runtime runs "
+            "one device per stage (sharded stages are not supported yet); set "
+            "cluster.devices_per_node = 1 or plan without a profile",
+            t.num_nodes, s, t.stages[s].num_devices));
+      }
+    }
+    const auto wanted = spec_of(t.schedule, t.num_stages(), pipe.microbatches);
+    const auto spec = refit(wanted, num_layers);
+    auto pl = make_pipeline(spec, num_layers);
+    if (label_of(spec) != label_of(wanted)) {
+      out.notes.push_back(fmt::format(
+          "pipeline {} (nodes {}): {} cannot run {} microbatches on {} devices; running {}", i,
+          node_ids(pipe.nodes), label_of(wanted), pipe.microbatches, t.num_stages(),
+          label_of(spec)));
+    } else if (t.chunks.size() == pl.chunk_layers.size()) {
+      bool same = true;
+      for (size_t c = 0; c < t.chunks.size(); ++c) {
+        same = same && t.chunks[c].stage == pl.schedule.chunk_device[c];
+      }
+      if (same) {
+        for (size_t c = 0; c < t.chunks.size(); ++c) {
+          pl.chunk_layers[c] = {t.chunks[c].first_layer, t.chunks[c].end_layer()};
+        }
+      }
+    }
+    pl.first_rank = rank;
+    pl.first_microbatch = mb;
+    for (int s = 0; s < t.num_stages(); ++s) {
+      out.workers.push_back(pipe.node_of_stage(s).value() * ctx.devices_per_node +
+                            t.stages[s].first_device);
+    }
+    rank += pl.num_devices;
+    mb += pl.num_microbatches;
+    layout.pipelines.push_back(std::move(pl));
+  }
+  runtime::validate_layout(layout);
+  check_memory(layout, ctx.model, ctx.config);
+  return out;
+}
+
+std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
+                                             const model::GptConfig& model, int world_size) {
+  const auto& p = config.pipeline;
+  const int num_layers = model::num_layers(model);
+  PlanContext ctx;
+  ctx.config = config;
+  ctx.model = model;
+  const bool explicit_world = world_size != config.cluster.nodes * config.cluster.devices_per_node;
+  ctx.devices_per_node = explicit_world ? 1 : config.cluster.devices_per_node;
+  const int g = ctx.devices_per_node;
+  const int nodes = world_size / g;
+  ctx.cluster.num_nodes = nodes;
+  ctx.cluster.devices_per_node = g;
+  ctx.cluster.device_memory_gb = config.cluster.memory_gb > 0 ? config.cluster.memory_gb : 1e6;
+  std::vector<std::string> notes;
+  plan::Plan plan;
+  if (!p.profile.empty() && p.pipelines.empty()) {
+    // The planner (plan/) chooses the pipelines and their microbatches from the profile.
+    plan::Profile profile = plan::load_profile(p.profile);
+    if (profile.num_layers() != num_layers) {
+      throw ConfigError(fmt::format(
+          "profile '{}' has {} layers but model {} has {}; measure it with `breakwater profile "
+          "measure --model {}`",
+          p.profile, profile.num_layers(), model.name, num_layers, model.name));
+    }
+    plan::PlannerOptions options;
+    options.schedule_kinds = plan::simulated_schedule_kinds();
+    options.evaluator = plan::simulator_evaluator(profile, ctx.cluster);
+    auto result = plan::make_plan(profile, ctx.cluster, p.fault_tolerance, p.microbatches, options);
+    ctx.templates = std::move(result.templates);
+    plan = std::move(result.plan);
+    std::vector<int> sizes, mbs;
+    for (const auto& pipe : plan.pipelines) {
+      sizes.push_back(pipe.tmpl.num_nodes * g);
+      mbs.push_back(pipe.microbatches);
+    }
+    notes.push_back(fmt::format(
+        "planner ({}): pipelines of {} devices with {} microbatches, predicted step {:.1f} ms",
+        p.profile, fmt::join(sizes, "+"), fmt::join(mbs, "+"), plan.step_ms));
+  } else {
+    ctx.templates.num_layers = num_layers;
+    ctx.templates.devices_per_node = g;
+    ctx.templates.microbatch_size = p.microbatch_size;
+    for (int n = 1; n <= nodes; ++n) {
+      if (auto t = uniform_template(p, n, g, num_layers)) ctx.templates.templates.push_back(*t);
+    }
+    std::vector<int> devices = p.pipelines;
+    if (devices.empty()) {
+      // fault_tolerance + 1 pipelines of (nearly) equal node counts. (On a uniform estimate with
+      // no memory limit the planner would prefer one-node pipelines, i.e. no pipelining.)
+      const int n = std::max(1, std::min(nodes, p.fault_tolerance + 1));
+      for (int i = 0; i < n; ++i) devices.push_back((nodes / n + (i < nodes % n ? 1 : 0)) * g);
+    }
+    const int total = std::accumulate(devices.begin(), devices.end(), 0);
+    if (total != world_size) {
+      throw ConfigError(fmt::format(
+          "pipeline.pipelines {} uses {} devices but the cluster has {} (cluster.nodes {} x "
+          "cluster.devices_per_node {}); make them agree",
+          devices, total, world_size, config.cluster.nodes, config.cluster.devices_per_node));
+    }
+    std::vector<double> weights(devices.begin(), devices.end());
+    const auto microbatches = runtime::split_microbatches(p.microbatches, weights);
+    plan.num_layers = num_layers;
+    plan.devices_per_node = g;
+    plan.microbatch_size = p.microbatch_size;
+    plan.global_microbatches = p.microbatches;
+    int node = 0;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i] % g != 0) {
+        throw ConfigError(fmt::format(
+            "pipeline.pipelines entry {} has {} devices, not a whole number of nodes of {} "
+            "devices (cluster.devices_per_node); use multiples of {}",
+            i, devices[i], g, g));
+      }
+      const int n = devices[i] / g;
+      const auto* t = ctx.templates.find(n);
+      if (t == nullptr) {
+        const auto spec = config_spec(p, devices[i], microbatches[i], num_layers);
+        throw ConfigError(fmt::format(
+            "a pipeline of {} devices needs at least {} layers for schedule {}, and model {} "
+            "has only {} layers; use fewer devices per pipeline or a bigger model",
+            devices[i], spec ? schedule::num_chunks(*spec) : devices[i], p.schedule, model.name,
+            num_layers));
+      }
+      plan::Pipeline pipe;
+      pipe.tmpl = *t;
+      for (int k = 0; k < n; ++k) pipe.nodes.push_back(NodeId(node++));
+      pipe.microbatches = microbatches[i];
+      pipe.iteration_ms = t->iteration_ms(microbatches[i]);
+      plan.pipelines.push_back(std::move(pipe));
+    }
+    plan::update_predictions(plan, ctx.cluster);
+    plan::validate_plan(plan);
+    // The config's schedule may have needed fewer waves or chunks for the model's layers.
+    for (const auto& pipe : plan.pipelines) {
+      const auto want = spec_of(p.schedule == "hanayo"        ? fmt::format("hanayo-w{}", p.waves)
+                                : p.schedule == "interleaved" ? fmt::format("interleaved-v{}",
+                                                                            p.chunks_per_device)
+                                                              : p.schedule,
+                                pipe.tmpl.num_stages(), pipe.microbatches);
+      if (label_of(want) != pipe.tmpl.schedule) {
+        notes.push_back(fmt::format(
+            "{} needs more chunks than the model's {} layers on {} devices; running {}",
+            label_of(want), num_layers, pipe.tmpl.num_stages(), pipe.tmpl.schedule));
+      }
+    }
+  }
+  plan.generation = 0;
+  auto run = layout_plan(ctx, plan);
+  run.notes.insert(run.notes.begin(), notes.begin(), notes.end());
+  std::sort(run.notes.begin(), run.notes.end());
+  run.notes.erase(std::unique(run.notes.begin(), run.notes.end()), run.notes.end());
+  return {std::move(ctx), std::move(run)};
+}
+
+LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig& model,
+                       int world_size, int generation) {
+  auto [ctx, run] = initial_plan(config, model, world_size);
+  run.layout.generation = generation;
+  return {std::move(run.layout), std::move(run.notes)};
+}
 
 void check_memory(const runtime::RunLayout& layout, const model::GptConfig& model,
                   const runtime::RunConfig& config) {
@@ -106,105 +375,6 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
       }
     }
   }
-}
-
-LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig& model,
-                       int world_size, int generation) {
-  const auto& p = config.pipeline;
-  std::vector<int> devices = p.pipelines;
-  std::vector<int> planned_microbatches;
-  std::vector<std::string> planner_notes;
-  std::vector<plan::Template> planned_templates;
-  if (devices.empty() && p.profile.empty()) {
-    // Uniform per-device cost: fault_tolerance + 1 pipelines of (nearly) equal size, microbatches
-    // in proportion to devices. (On a uniform estimate with no memory limit the planner would
-    // prefer one-device pipelines, i.e. no pipelining at all.)
-    const int n = std::max(1, std::min(world_size, p.fault_tolerance + 1));
-    for (int i = 0; i < n; ++i) devices.push_back(world_size / n + (i < world_size % n ? 1 : 0));
-  }
-  if (devices.empty()) {
-    // The planner (plan/) chooses the pipelines and their microbatches from the profile.
-    plan::Profile profile = plan::load_profile(p.profile);
-    if (profile.num_layers() != model::num_layers(model)) {
-      throw ConfigError(fmt::format(
-          "profile '{}' has {} layers but model {} has {}; measure it with `breakwater profile "
-          "measure --model {}`",
-          p.profile, profile.num_layers(), model.name, model::num_layers(model), model.name));
-    }
-    plan::Cluster cluster;
-    const bool explicit_world =
-        world_size != config.cluster.nodes * config.cluster.devices_per_node;
-    cluster.devices_per_node = explicit_world ? 1 : config.cluster.devices_per_node;
-    cluster.num_nodes = world_size / cluster.devices_per_node;
-    cluster.device_memory_gb = config.cluster.memory_gb > 0 ? config.cluster.memory_gb : 1e6;
-    plan::PlannerOptions options;
-    options.schedule_kinds = plan::simulated_schedule_kinds();
-    options.evaluator = plan::simulator_evaluator(profile, cluster);
-    const auto result =
-        plan::make_plan(profile, cluster, p.fault_tolerance, p.microbatches, options);
-    for (const auto& pipe : result.plan.pipelines) {
-      devices.push_back(pipe.tmpl.num_nodes * cluster.devices_per_node);
-      planned_microbatches.push_back(pipe.microbatches);
-      planned_templates.push_back(pipe.tmpl);
-    }
-    planner_notes.push_back(fmt::format(
-        "planner ({}): pipelines of {} devices with {} microbatches, predicted step {:.1f} ms",
-        p.profile, fmt::join(devices, "+"), fmt::join(planned_microbatches, "+"),
-        result.plan.step_ms));
-  }
-  const int total = std::accumulate(devices.begin(), devices.end(), 0);
-  if (total != world_size) {
-    throw ConfigError(fmt::format(
-        "pipeline.pipelines {} uses {} devices but the cluster has {} (cluster.nodes {} x "
-        "cluster.devices_per_node {}); make them agree",
-        devices, total, world_size, config.cluster.nodes, config.cluster.devices_per_node));
-  }
-  std::vector<double> weights(devices.begin(), devices.end());
-  const auto microbatches = planned_microbatches.empty()
-                                ? runtime::split_microbatches(p.microbatches, weights)
-                                : planned_microbatches;
-
-  LayoutPlan out;
-  out.notes = planner_notes;
-  auto& layout = out.layout;
-  layout.generation = generation;
-  layout.num_layers = model::num_layers(model);
-  layout.vocab_size = model.vocab_size;
-  layout.microbatch_size = p.microbatch_size;
-  layout.total_microbatches = p.microbatches;
-  int rank = 0, mb = 0;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    std::optional<runtime::PipelineLayout> from_template;
-    if (!planned_templates.empty()) {
-      try {
-        from_template = template_pipeline(planned_templates[i], microbatches[i], layout.num_layers);
-      } catch (const ConfigError& e) {
-        out.notes.push_back(fmt::format(
-            "pipeline {}: the planned {} schedule cannot run {} microbatches ({}); running {}", i,
-            planned_templates[i].schedule, microbatches[i], e.what(), p.schedule));
-      }
-      if (!from_template) {
-        out.notes.push_back(
-            fmt::format("pipeline {}: the config's {} schedule on even chunks", i, p.schedule));
-      }
-    }
-    auto pl =
-        from_template
-            ? std::move(*from_template)
-            : make_pipeline(fit_spec(p, devices[i], microbatches[i], layout.num_layers, out.notes),
-                            layout.num_layers);
-    pl.first_rank = rank;
-    pl.first_microbatch = mb;
-    rank += pl.num_devices;
-    mb += pl.num_microbatches;
-    layout.pipelines.push_back(std::move(pl));
-  }
-  runtime::validate_layout(layout);
-  // A planned layout passed the planner's memory model (from the measured profile).
-  if (planned_templates.empty()) check_memory(layout, model, config);
-  std::sort(out.notes.begin(), out.notes.end());
-  out.notes.erase(std::unique(out.notes.begin(), out.notes.end()), out.notes.end());
-  return out;
 }
 
 runtime::RunLayout single_device_layout(const runtime::RunConfig& config,

@@ -1,6 +1,19 @@
-// Turning a run config into a generation's run layout: how many pipelines of how many devices,
-// which microbatches each computes, its schedule (generated, lowered and validated by schedule/),
-// and its chunks' layer ranges. The coordinator publishes the result (runtime/layout.h).
+// Turning a run config into a plan with node identities (plan::Plan, with the templates that
+// reconfiguration draws from), and a plan into a generation's run layout: how many pipelines of
+// how many devices, which microbatches each computes, its schedule (generated, lowered and
+// validated by schedule/), its chunks' layer ranges, and which worker runs each rank. The
+// coordinator publishes the result (runtime/layout.h).
+//
+// Nodes and workers: node n has cluster.devices_per_node devices; worker id n * g + d runs local
+// device d of node n in every generation (its rank changes with the plan). Each template stage
+// runs on one device; a template with a stage on several devices (data parallelism inside a
+// stage) is a ConfigError, never a silent change of plan.
+//
+// Templates for every config path: with a profile, the planner's (plan::make_plan); otherwise
+// uniform templates for every node count 1..N: the config's schedule on all n * g devices, the
+// layers split evenly over the chunks, costs uniform per layer (so the batch split follows the
+// device counts). When a pipeline's microbatch count after a re-split is too small for its
+// schedule, the schedule is re-fitted (fewer waves, then 1f1b, then gpipe) and a note says so.
 //
 // Pipelines come from `pipeline.pipelines` when given (microbatches then split in proportion to
 // device counts; the config's schedule kind on even layer ranges); else, with a profile
@@ -23,6 +36,8 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "plan/plan.h"
+#include "plan/templates.h"
 #include "runtime/config.h"
 #include "runtime/layout.h"
 #include "schedule/schedule.h"
@@ -34,7 +49,32 @@ struct LayoutPlan {
   std::vector<std::string> notes;  // adjustments worth telling the user
 };
 
-// `world_size` devices in total (nodes * devices_per_node).
+// A generation's plan and what it means to the workers.
+struct RunPlan {
+  plan::Plan plan;  // node identities; plan.generation is the layout's generation
+  runtime::RunLayout layout;
+  std::vector<int> workers;  // rank -> worker id
+  std::vector<std::string> notes;
+};
+
+// What reconfiguration needs besides the current plan.
+struct PlanContext {
+  plan::TemplateSet templates;
+  plan::Cluster cluster;
+  int devices_per_node = 1;
+  runtime::RunConfig config;
+  model::GptConfig model;
+};
+
+// Generation 0: the context and the first plan. `world_size` devices in total; when it differs
+// from cluster.nodes * cluster.devices_per_node (--devices), each device is a node.
+std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
+                                             const model::GptConfig& model, int world_size);
+
+// The layout of `plan` (any generation).
+RunPlan layout_plan(const PlanContext& context, const plan::Plan& plan);
+
+// Generation 0's layout only (benchmarks).
 LayoutPlan plan_layout(const runtime::RunConfig& config, const model::GptConfig& model,
                        int world_size, int generation);
 

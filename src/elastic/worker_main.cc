@@ -2,21 +2,35 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/check.h"
 #include "core/error.h"
+#include "data/dataset.h"
+#include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
 #include "runtime/layout.h"
 #include "runtime/log.h"
+#include "runtime/model_state.h"
 #include "runtime/worker.h"
 
 namespace bw::elastic {
 namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 std::string get_string(c10d::Store& store, const std::string& key) {
   auto bytes = store.get(key);
@@ -27,19 +41,40 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
-// Bumps the rank's heartbeat counter every `period` on its own store connection, so the
-// coordinator sees a stopped or hung process (SIGSTOP, a livelock) within heartbeat_timeout_s
-// even while the main thread is blocked in a collective.
+c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port, milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+// The coordinator's store did not answer in time: the process cannot go on (exit status 3).
+class CoordinatorLost : public CommError {
+ public:
+  using CommError::CommError;
+};
+
+// Waits for `key` (get() blocks up to the store's timeout). A timeout leaves the connection out
+// of step with the server, so it is fatal: CoordinatorLost naming what was awaited.
+std::string await(c10d::Store& store, const std::string& key, const std::string& what) {
+  try {
+    return get_string(store, key);
+  } catch (const std::exception& e) {
+    throw CoordinatorLost(fmt::format(
+        "no {} from the coordinator ('{}'): {}", what, key,
+        std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+  }
+}
+
+// Bumps a heartbeat counter every `period` on its own store connection, so the coordinator sees a
+// stopped or hung process within heartbeat_timeout_s even while the main thread is blocked.
 class Heartbeat {
  public:
-  Heartbeat(const std::string& host, int port, std::string key, std::chrono::milliseconds period)
+  Heartbeat(const std::string& host, int port, std::string key, milliseconds period)
       : key_(std::move(key)), period_(period) {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(port);
-    opts.isServer = false;
-    opts.waitWorkers = false;
-    opts.timeout = std::chrono::seconds(30);
-    store_ = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    store_ = connect(host, port, std::chrono::seconds(30));
     store_->add(key_, 1);
     thread_ = std::thread([this] { loop(); });
   }
@@ -59,13 +94,13 @@ class Heartbeat {
       try {
         store_->add(key_, 1);
       } catch (...) {
-        return;  // the coordinator is gone; the main thread will notice on its next wait
+        return;  // the coordinator is gone; the main thread notices on its next wait
       }
     }
   }
 
   std::string key_;
-  std::chrono::milliseconds period_;
+  milliseconds period_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -73,66 +108,318 @@ class Heartbeat {
   std::thread thread_;
 };
 
-}  // namespace
-
-void run_worker_process(const WorkerArgs& args) {
-  using std::chrono::milliseconds;
-  runtime::set_log_prefix(args.generation, args.rank);
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(args.store_port);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = milliseconds(static_cast<int64_t>(args.connect_timeout_s * 1000));
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(args.store_host, opts);
-  } catch (const std::exception& e) {
-    throw CommError(fmt::format("worker {} cannot reach the coordinator's store at {}:{}: {}",
-                                args.rank, args.store_host, args.store_port, e.what()));
+// Waits for the generation's abort key on its own connection and fires the AbortSignal.
+class AbortWatcher {
+ public:
+  AbortWatcher(const std::string& host, int port, int generation,
+               std::shared_ptr<runtime::AbortSignal> signal)
+      : signal_(std::move(signal)) {
+    auto store = connect(host, port, std::chrono::seconds(1));
+    const std::string key = keys::abort(generation);
+    // Polled (a timed-out wait() would leave the connection out of step with the server).
+    thread_ = std::thread([this, store, key] {
+      while (!stop_) {
+        try {
+          if (store->check({key})) break;
+        } catch (...) {
+          break;  // the store is gone: abort too
+        }
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      signal_->abort();
+      done_ = true;
+    });
   }
-  const int g = args.generation;
-  try {
-    const auto config = runtime::parse_run_config(get_string(*store, keys::config(g)),
-                                                  "the coordinator's config", {});
-    store->setTimeout(milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
-    const auto period = std::chrono::milliseconds(std::clamp<int64_t>(
-        static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
-    Heartbeat heartbeat(args.store_host, args.store_port, keys::heartbeat(g, args.rank), period);
-    const auto layout =
-        runtime::layout_from_json(nlohmann::json::parse(get_string(*store, keys::layout(g))));
-    const auto start = nlohmann::json::parse(get_string(*store, keys::start(g)));
-    const int first_step = start.at("first_step");
-    const std::string resume = start.at("resume");
+  ~AbortWatcher() {
+    stop_ = true;
+    thread_.join();
+  }
+  // Waits until the abort key was seen (or `timeout`); true if seen.
+  bool wait_seen(milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!done_ && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(2));
+    return done_;
+  }
 
-    torch::set_num_threads(std::max(1, config.train.threads_per_worker));
-    runtime::Worker worker(config, layout, args.rank, store);
+ private:
+  std::shared_ptr<runtime::AbortSignal> signal_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+struct Context {
+  WorkerArgs args;
+  runtime::RunConfig config;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<Injector> injector;
+  std::unique_ptr<runtime::ModelState> state;
+  milliseconds timeout{120000};
+  int step = 0;  // the step in flight, for fault injection
+};
+
+// Sends and receives the layers that move into generation `g` (copies: layer, from, to worker).
+double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::json& copies,
+                      const std::vector<int>& workers) {
+  const auto t0 = Clock::now();
+  auto rank_of = [&](int worker) {
+    auto it = std::find(workers.begin(), workers.end(), worker);
+    BW_CHECK(it != workers.end(), "worker {} is not in the generation", worker);
+    return static_cast<int>(it - workers.begin());
+  };
+  struct Incoming {
+    int layer;
+    torch::Tensor flat, step;
+    std::unique_ptr<runtime::Request> a, b;
+  };
+  std::vector<Incoming> incoming;
+  std::vector<std::unique_ptr<runtime::Request>> sends;
+  std::vector<torch::Tensor> keep;
+  for (const auto& c : copies) {
+    const int layer = c.at(0), from = c.at(1), to = c.at(2);
+    if (from == cx.args.worker) {
+      auto s = cx.state->export_layer(layer);
+      auto step = torch::tensor({s.adam_step}, torch::kInt64);
+      keep.push_back(s.flat);
+      keep.push_back(step);
+      sends.push_back(world.isend(s.flat, rank_of(to), 2 * layer));
+      sends.push_back(world.isend(step, rank_of(to), 2 * layer + 1));
+    } else if (to == cx.args.worker) {
+      Incoming in;
+      in.layer = layer;
+      in.flat = torch::empty({cx.state->flat_numel(layer)}, torch::kFloat32);
+      in.step = torch::empty({1}, torch::kInt64);
+      in.a = world.irecv(in.flat, rank_of(from), 2 * layer);
+      in.b = world.irecv(in.step, rank_of(from), 2 * layer + 1);
+      incoming.push_back(std::move(in));
+    }
+  }
+  cx.injector->at(cx.step, "state_transfer");
+  for (auto& in : incoming) {
+    in.a->wait();
+    in.b->wait();
+  }
+  for (auto& s : sends) s->wait();
+  // Only complete layers are installed, so an interrupted transfer leaves the old state intact.
+  for (auto& in : incoming) {
+    cx.state->import_layer(in.layer, {in.flat, in.step.item<int64_t>()});
+  }
+  return ms_since(t0);
+}
+
+nlohmann::json checksums(runtime::ModelState& state, const std::vector<int>& layers) {
+  const auto params = state.parameter_checksums();
+  const auto adam = state.optimizer_checksums();
+  nlohmann::json out = nlohmann::json::object();
+  for (int l : layers) {
+    out[std::to_string(l)] = {fmt::format("{:016x}", params.at(l)),
+                              fmt::format("{:016x}", adam.at(l))};
+  }
+  return out;
+}
+
+// Tells the coordinator this rank left generation g on its own: it may be the first to see a
+// peer's death, or the only one to see a fault nobody else does.
+void left(Context& cx, int g, int rank, const std::string& why) {
+  runtime::log(runtime::LogLevel::kInfo, "leaving generation {}: {}", g, why);
+  set_string(*cx.store, keys::left(g, rank), why);
+  cx.store->add(keys::num_left(g), 1);
+}
+
+// One generation; returns when it ended (finished, aborted or a peer was lost).
+void run_generation(Context& cx, int g) {
+  const auto doc = nlohmann::json::parse(await(*cx.store, keys::layout(g), "the layout"));
+  const auto layout = runtime::layout_from_json(doc.at("layout"));
+  const auto workers = doc.at("workers").get<std::vector<int>>();
+  const auto start = nlohmann::json::parse(await(*cx.store, keys::start(g), "the start"));
+  const int first_step = start.at("first_step");
+  const auto it = std::find(workers.begin(), workers.end(), cx.args.worker);
+  if (it == workers.end()) return;  // not in this generation's plan
+  const int rank = static_cast<int>(it - workers.begin());
+  runtime::set_log_prefix(g, rank);
+  cx.step = first_step;
+  if (!cx.state) {
+    auto model = model::named_config(cx.config.model.name, layout.vocab_size);
+    cx.state = std::make_unique<runtime::ModelState>(cx.config.train, model,
+                                                     static_cast<uint64_t>(cx.config.model.seed));
+    cx.state->steps_done = first_step;
+  }
+  auto& state = *cx.state;
+  BW_CHECK(state.steps_done == first_step,
+           "worker {} has applied {} steps but generation {} starts at step {}", cx.args.worker,
+           state.steps_done, g, first_step);
+
+  auto signal = std::make_shared<runtime::AbortSignal>();
+  AbortWatcher watcher(cx.args.store_host, cx.args.store_port, g, signal);
+  std::vector<std::unique_ptr<runtime::Transport>> transports;
+  try {
+    const auto t0 = Clock::now();
+    if (g > 0) cx.injector->at(first_step, "reconfigure");
+    // Groups rendezvous on their own connection: an abort may leave a join behind, blocked.
+    auto group_store = connect(cx.args.store_host, cx.args.store_port, cx.timeout);
+    runtime::TransportFactory factory = [&](const std::string& prefix, int r, int size) {
+      return runtime::make_gloo_transport(group_store, prefix, r, size, cx.timeout, "127.0.0.1",
+                                          signal);
+    };
+    std::unique_ptr<runtime::Transport> world;
+    if (layout.world_size() > 1) world = factory(fmt::format("g{}/world", g), rank, layout.world_size());
+    double transfer_ms = 0;
+    const auto& copies = start.at("copies");
+    if (!copies.empty()) {
+      BW_CHECK(world, "state transfer in a world of one rank");
+      transfer_ms = transfer_state(cx, *world, copies, workers);
+    } else if (g > 0) {
+      cx.injector->at(first_step, "state_transfer");
+    }
+    const auto mine = layout.layers_of(rank);
+    if (g == 0) {
+      state.keep_only(mine);
+    } else {
+      for (int l : mine) {
+        BW_CHECK(state.holds(l), "worker {} needs layer {} in generation {} but no copy brings it",
+                 cx.args.worker, l, g);
+      }
+    }
+    runtime::PhaseHook hook = [&cx](const char* phase) { cx.injector->at(cx.step, phase); };
+    const auto t_groups = Clock::now();
+    runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
+    const double regroup_ms = ms_since(t0) - transfer_ms;
+    (void)t_groups;
+    const std::string resume = start.at("resume");
     if (!resume.empty()) {
       auto ckpt = runtime::load_checkpoint(resume);
       worker.load_state(ckpt.weights, &ckpt.optimizer);
     }
-    for (int step = first_step; step < config.train.steps; ++step) {
-      auto report = worker.run_step(step);
-      if (runtime::checkpoint_due(config.train, step)) {
-        runtime::write_shard(worker, runtime::checkpoint_dir(config.train.out_dir, step + 1));
+    set_string(*cx.store, keys::joined(g, rank),
+               nlohmann::json{{"regroup_ms", regroup_ms}, {"transfer_ms", transfer_ms}}.dump());
+    auto release = [&] {
+      auto ts = worker.release_transports();
+      for (auto& t : ts) transports.push_back(std::move(t));
+    };
+    try {
+      bool committed_any = false;
+      const int steps = cx.config.train.steps;
+      for (int step = first_step; step < steps; ++step) {
+        cx.step = step;
+        auto prepared = worker.prepare(step);
+        set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
+        cx.store->add(keys::num_ready(g, step), 1);
+        const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
+        if (decision == "abort") break;
+        cx.injector->at(step, "commit");
+        worker.apply(step, prepared);
+        cx.injector->at(step, "optimizer");
+        if (!committed_any) {
+          // The layers this worker no longer runs are dropped once the new plan has committed
+          // a step (until then they are still a valid source should this generation fail).
+          committed_any = true;
+          state.keep_only(mine);
+        }
+        if (runtime::checkpoint_due(cx.config.train, step)) {
+          runtime::write_shard(worker,
+                               runtime::checkpoint_dir(cx.config.train.out_dir, step + 1));
+          cx.store->add(keys::num_saved(g, step), 1);
+        }
+        if (decision == "last") break;
       }
-      set_string(*store, keys::metrics(g, step, args.rank), report.to_json().dump());
+      if (state.steps_done == steps) {
+        if (first_step == steps) {  // a generation formed after the last commit
+          runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, steps));
+          cx.store->add(keys::num_saved(g, steps - 1), 1);
+        }
+        set_string(*cx.store, keys::done(g, rank), checksums(state, mine).dump());
+        cx.store->add(keys::num_done(g), 1);
+      }
+    } catch (const CoordinatorLost&) {
+      throw;
+    } catch (const CommError& e) {
+      left(cx, g, rank, e.what());
     }
-    nlohmann::json done = nlohmann::json::object();
-    for (const auto& [layer, hash] : worker.layer_checksums()) {
-      done[std::to_string(layer)] = fmt::format("{:016x}", hash);
+    release();
+  } catch (const CoordinatorLost&) {
+    throw;
+  } catch (const CommError& e) {
+    left(cx, g, rank, fmt::format("while forming the generation: {}", e.what()));
+  }
+  // The coordinator aborts every generation it leaves (also when this worker noticed first).
+  const bool seen = watcher.wait_seen(cx.timeout);
+  runtime::discard_in_background(std::move(transports));
+  if (!seen) throw CommError(fmt::format("generation {} was never closed by the coordinator", g));
+}
+
+}  // namespace
+
+int run_worker_process(const WorkerArgs& args) {
+  Context cx;
+  cx.args = args;
+  runtime::set_log_prefix(0, args.worker);
+  try {
+    cx.store = connect(args.store_host, args.store_port,
+                       milliseconds(static_cast<int64_t>(args.connect_timeout_s * 1000)));
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("worker {} cannot reach the coordinator's store at {}:{}: {}",
+                                args.worker, args.store_host, args.store_port, e.what()));
+  }
+  try {
+    cx.config = runtime::parse_run_config(await(*cx.store, keys::config(), "the config"),
+                                          "the coordinator's config", {});
+    cx.timeout = milliseconds(static_cast<int64_t>(cx.config.elastic.step_timeout_s * 1000.0));
+    cx.store->setTimeout(cx.timeout);
+    const auto period = milliseconds(std::clamp<int64_t>(
+        static_cast<int64_t>(cx.config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+    Heartbeat heartbeat(args.store_host, args.store_port, keys::worker_heartbeat(args.worker),
+                        period);
+    cx.injector = std::make_unique<Injector>(parse_faults(cx.config.elastic.inject), args.node,
+                                             args.device, cx.store);
+    torch::set_num_threads(std::max(1, cx.config.train.threads_per_worker));
+    set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
+    int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),
+                            "a generation to join"));
+    while (true) {
+      run_generation(cx, g);
+      if (cx.state) {
+        set_string(*cx.store, keys::stopped(g, args.worker),
+                   nlohmann::json{{"steps_done", cx.state->steps_done},
+                                  {"layers", cx.state->layers()}}
+                       .dump());
+        cx.store->add(keys::num_stopped(g), 1);
+      }
+      const auto next = nlohmann::json::parse(await(*cx.store, keys::next(g), "the next plan"));
+      if (next.at("kind") == "generation") {
+        g = next.at("generation");
+        continue;
+      }
+      if (next.contains("save") && cx.state) {
+        const auto& save = next.at("save");
+        const auto key = std::to_string(args.worker);
+        if (save.at("shards").contains(key)) {
+          const auto& mine = save.at("shards").at(key);
+          const auto layers = mine.at("layers").get<std::vector<int>>();
+          runtime::write_shard(save.at("dir").get<std::string>(), mine.at("shard").get<int>(),
+                               cx.state->parameters_of(layers),
+                               cx.state->optimizer_state_of(layers));
+          cx.store->add(keys::num_final(g), 1);
+        }
+      }
+      return 0;
     }
-    set_string(*store, keys::done(g, args.rank), done.dump());
   } catch (const std::exception& e) {
     // The class travels with the message, so the coordinator reports a worker's bad input as
     // bad input (exit status 2) rather than as a failed peer.
-    const char* kind = dynamic_cast<const ConfigError*>(&e) ? keys::kConfigError : "other";
+    const bool config = dynamic_cast<const ConfigError*>(&e) != nullptr;
+    const bool comm = dynamic_cast<const CommError*>(&e) != nullptr;
     try {
-      set_string(*store, keys::error(g, args.rank),
-                 nlohmann::json{{"kind", kind}, {"message", e.what()}}.dump());
+      if (!comm) {
+        set_string(*cx.store, keys::worker_error(args.worker),
+                   nlohmann::json{{"kind", config ? keys::kConfigError : "other"},
+                                  {"message", e.what()}}
+                       .dump());
+      }
     } catch (...) {
-      // The store is gone too; the exit status still tells the coordinator.
+      // The store is gone too; the exit status still tells the agent.
     }
-    throw;
+    runtime::log(runtime::LogLevel::kError, "{}", e.what());
+    return config ? 2 : comm ? 3 : 1;
   }
 }
 

@@ -21,9 +21,14 @@ std::string checkpoint_dir(const std::string& out_dir, int steps_done) {
 }
 
 void write_shard(const Worker& worker, const std::string& dir) {
+  write_shard(dir, worker.rank(), worker.owned_parameters(), worker.owned_optimizer_state());
+}
+
+void write_shard(const std::string& dir, int shard, const NamedTensors& params,
+                 const NamedTensors& optimizer_state) {
   fs::create_directories(dir);
-  save_safetensors(shard_path(dir, worker.rank(), "model"), worker.owned_parameters());
-  save_safetensors(shard_path(dir, worker.rank(), "optimizer"), worker.owned_optimizer_state());
+  save_safetensors(shard_path(dir, shard, "model"), params);
+  save_safetensors(shard_path(dir, shard, "optimizer"), optimizer_state);
 }
 
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info) {

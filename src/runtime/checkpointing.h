@@ -31,6 +31,9 @@ std::string checkpoint_dir(const std::string& out_dir, int steps_done);
 
 // Writes this rank's shard files into `dir` (created if needed).
 void write_shard(const Worker& worker, const std::string& dir);
+// Writes shard `shard` (of the shards merge_shards reads) from the given tensors.
+void write_shard(const std::string& dir, int shard, const NamedTensors& params,
+                 const NamedTensors& optimizer_state);
 
 // Merges the shards of ranks [0, world_size) in `dir` into model.safetensors and
 // optimizer.safetensors, deletes them and writes checkpoint.json with `info` (its weights and

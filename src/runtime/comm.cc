@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -10,43 +13,92 @@
 namespace bw::runtime {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+constexpr auto kSlice = std::chrono::milliseconds(10);
+
+[[noreturn]] void throw_aborted(const std::string& what) {
+  throw CommError(fmt::format("{}: aborted (the generation is being reconfigured)", what));
+}
+
 class GlooRequest final : public Request {
  public:
+  // `p2p`: a send or receive, which c10d can abort; else a collective, waited in slices.
   GlooRequest(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor, std::string what,
-              std::chrono::milliseconds timeout)
+              std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort, bool p2p)
       : work_(std::move(work)),
         tensor_(std::move(tensor)),
         what_(std::move(what)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        abort_(std::move(abort)),
+        p2p_(p2p) {
+    if (abort_ && p2p_) abort_->add(work_);
+  }
+  ~GlooRequest() override {
+    if (abort_ && p2p_ && work_) abort_->remove(work_);
+  }
 
   void wait() override {
     if (!work_) return;
     try {
-      if (!work_->wait(timeout_)) {
-        throw CommError(fmt::format("{}: not complete after {} ms", what_, timeout_.count()));
+      if (p2p_) {
+        const bool done = work_->wait(timeout_);
+        if (abort_ && abort_->aborted()) throw_aborted(what_);
+        if (!done) {
+          throw CommError(fmt::format("{}: not complete after {} ms", what_, timeout_.count()));
+        }
+      } else {
+        wait_in_slices();
       }
     } catch (const CommError&) {
       throw;
     } catch (const std::exception& e) {
+      if (abort_ && abort_->aborted()) throw_aborted(what_);
       throw CommError(fmt::format("{} failed: {}", what_, first_line(e.what())));
     }
+    if (abort_ && p2p_) abort_->remove(work_);
     work_.reset();
   }
 
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
  private:
+  void wait_in_slices() {
+    const auto deadline = Clock::now() + timeout_;
+    while (true) {
+      if (abort_ && abort_->aborted()) throw_aborted(what_);
+      try {
+        work_->wait(abort_ ? kSlice : timeout_);
+        return;
+      } catch (const std::exception& e) {
+        if (work_->isCompleted()) {
+          // It may have completed just after the slice ran out: wait again, which returns at
+          // once or rethrows the operation's own error.
+          work_->wait(kSlice);
+          return;
+        }
+        if (Clock::now() > deadline) {
+          throw CommError(fmt::format("{}: not complete after {} ms", what_, timeout_.count()));
+        }
+      }
+    }
+  }
+
   c10::intrusive_ptr<c10d::Work> work_;
   torch::Tensor tensor_;  // keeps the buffer alive until the transfer completes
   std::string what_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<AbortSignal> abort_;
+  bool p2p_;
 };
 
 class GlooTransport final : public Transport {
  public:
   GlooTransport(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, std::string name,
-                std::chrono::milliseconds timeout)
-      : group_(std::move(group)), name_(std::move(name)), timeout_(timeout) {}
+                std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort)
+      : group_(std::move(group)),
+        name_(std::move(name)),
+        timeout_(timeout),
+        abort_(std::move(abort)) {}
 
   int rank() const override { return group_->getRank(); }
   int size() const override { return group_->getSize(); }
@@ -55,7 +107,9 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("send to rank {} of group {} (tag {})", dst, name_, tag);
     try {
-      return std::make_unique<GlooRequest>(group_->send(ts, dst, tag), tensor, what, timeout_);
+      if (abort_ && abort_->aborted()) throw_aborted(what);
+      return std::make_unique<GlooRequest>(group_->send(ts, dst, tag), tensor, what, timeout_,
+                                           abort_, true);
     } catch (const std::exception& e) {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
@@ -65,7 +119,9 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("receive from rank {} of group {} (tag {})", src, name_, tag);
     try {
-      return std::make_unique<GlooRequest>(group_->recv(ts, src, tag), tensor, what, timeout_);
+      if (abort_ && abort_->aborted()) throw_aborted(what);
+      return std::make_unique<GlooRequest>(group_->recv(ts, src, tag), tensor, what, timeout_,
+                                           abort_, true);
     } catch (const std::exception& e) {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
@@ -75,33 +131,114 @@ class GlooTransport final : public Transport {
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("all-reduce of {} values on group {}", tensor.numel(), name_);
     c10::intrusive_ptr<c10d::Work> work;
+    if (abort_ && abort_->aborted()) throw_aborted(what);
     try {
       work = group_->allreduce(ts);
     } catch (const std::exception& e) {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
-    GlooRequest(std::move(work), tensor, what, timeout_).wait();
+    GlooRequest(std::move(work), tensor, what, timeout_, abort_, false).wait();
   }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::string name_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<AbortSignal> abort_;
+};
+
+// The rendezvous of a new group, in a helper thread so an abort can leave it behind.
+struct Join {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::exception_ptr error;
 };
 
 }  // namespace
 
+AbortSignal::AbortSignal() = default;
+AbortSignal::~AbortSignal() = default;
+
+void AbortSignal::abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  for (auto& w : pending_) {
+    try {
+      w->abort();
+    } catch (...) {
+      // Work kinds without abort are waited in slices instead.
+    }
+  }
+  pending_.clear();
+}
+
+void AbortSignal::add(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    try {
+      work->abort();
+    } catch (...) {
+    }
+    return;
+  }
+  pending_.push_back(work);
+}
+
+void AbortSignal::remove(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), work), pending_.end());
+}
+
+void discard_in_background(std::vector<std::unique_ptr<Transport>> transports) {
+  if (transports.empty()) return;
+  std::thread([ts = std::move(transports)]() mutable { ts.clear(); }).detach();
+}
+
 std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::Store>& store,
                                                const std::string& prefix, int rank, int size,
                                                std::chrono::milliseconds timeout,
-                                               const std::string& hostname) {
+                                               const std::string& hostname,
+                                               std::shared_ptr<AbortSignal> abort) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
   options->threads = 1;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   try {
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
-    return std::make_unique<GlooTransport>(std::move(group), prefix, timeout);
+    if (!abort) {
+      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+      return std::make_unique<GlooTransport>(std::move(group), prefix, timeout, nullptr);
+    }
+    auto join = std::make_shared<Join>();
+    std::thread thread([join, prefixed, rank, size, options] {
+      c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+      std::exception_ptr error;
+      try {
+        group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(join->mu);
+      join->group = std::move(group);
+      join->error = error;
+      join->done = true;
+      join->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(join->mu);
+    while (!join->cv.wait_for(lock, kSlice, [&] { return join->done; })) {
+      if (abort->aborted()) {
+        lock.unlock();
+        thread.detach();  // it ends when the rendezvous times out
+        throw_aborted(fmt::format("rank {} joining group {}", rank, prefix));
+      }
+    }
+    lock.unlock();
+    thread.join();
+    if (join->error) std::rethrow_exception(join->error);
+    return std::make_unique<GlooTransport>(std::move(join->group), prefix, timeout, abort);
+  } catch (const CommError&) {
+    throw;
   } catch (const std::exception& e) {
     throw CommError(fmt::format("rank {} could not join group {} of {} ranks within {} ms: {}",
                                 rank, prefix, size, timeout.count(),

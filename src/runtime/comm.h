@@ -7,21 +7,52 @@
 // a hang. A tensor handed to isend/irecv must stay alive and untouched until its Request is
 // waited (the Request holds a reference).
 //
-// Thread-safety: one Transport is used by one thread.
+// Out-of-band abort (docs/elastic.md "Quiescing"): Gloo notices a dead peer only on the
+// connection it reads, and a stopped peer never closes its connections, so every transport of a
+// generation shares an AbortSignal. abort() (from the worker's watcher thread, when the
+// coordinator publishes the generation's abort key) makes every pending and future wait throw
+// CommError at once: pending sends and receives through c10d's Work::abort(), collectives by
+// waiting in short slices and checking the signal, joins by waiting for the rendezvous in a
+// helper thread. An aborted group is never used again; drop it with discard_in_background(),
+// since destroying a Gloo group with a blocked operation blocks until that operation fails.
+//
+// Thread-safety: one Transport is used by one thread; AbortSignal is thread-safe.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
 #include <torch/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace c10d {
 class Store;
-}
+class Work;
+}  // namespace c10d
 
 namespace bw::runtime {
+
+class AbortSignal {
+ public:
+  AbortSignal();
+  ~AbortSignal();
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+  // Pending point-to-point work to abort; removed once waited.
+  void add(const c10::intrusive_ptr<c10d::Work>& work);
+  void remove(const c10::intrusive_ptr<c10d::Work>& work);
+
+ private:
+  std::atomic<bool> aborted_{false};
+  std::mutex mu_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
+};
 
 class Request {
  public:
@@ -43,10 +74,20 @@ class Transport {
 
 // A ProcessGroupGloo of `size` ranks on the keys of `store` under `prefix` (e.g. "g0/world"),
 // connecting over `hostname` (loopback for local runs). Construction waits for all ranks to join
-// (within `timeout`).
+// (within `timeout`, or until `abort` fires).
 std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::Store>& store,
                                                const std::string& prefix, int rank, int size,
                                                std::chrono::milliseconds timeout,
-                                               const std::string& hostname = "127.0.0.1");
+                                               const std::string& hostname = "127.0.0.1",
+                                               std::shared_ptr<AbortSignal> abort = nullptr);
+
+// How a generation makes its groups: (store prefix, rank in the group, group size). Tests pass a
+// factory that wraps the transports to fail on cue.
+using TransportFactory =
+    std::function<std::unique_ptr<Transport>(const std::string& prefix, int rank, int size)>;
+
+// Destroys transports on a detached thread (a blocked Gloo group blocks its destructor until
+// the blocked operation fails).
+void discard_in_background(std::vector<std::unique_ptr<Transport>> transports);
 
 }  // namespace bw::runtime

@@ -50,7 +50,9 @@ struct PipelineConfig {
 struct ElasticConfig {
   int store_port = 0;  // 0 = pick a free port
   double step_timeout_s = 120.0;
-  double heartbeat_timeout_s = 10.0;
+  double heartbeat_timeout_s = 5.0;
+  double rejoin_after_s = 0.0;  // 0 = a lost node stays out
+  std::string inject;           // fault specs (elastic/inject.h); empty = none
   bool operator==(const ElasticConfig&) const = default;
 };
 

@@ -115,6 +115,8 @@ void validate(const RunConfig& c) {
           "elastic.step_timeout_s", "> 0", fmt::format("{}", c.elastic.step_timeout_s));
   require(std::isfinite(c.elastic.heartbeat_timeout_s) && c.elastic.heartbeat_timeout_s > 0,
           "elastic.heartbeat_timeout_s", "> 0", fmt::format("{}", c.elastic.heartbeat_timeout_s));
+  require(std::isfinite(c.elastic.rejoin_after_s) && c.elastic.rejoin_after_s >= 0,
+          "elastic.rejoin_after_s", ">= 0", fmt::format("{}", c.elastic.rejoin_after_s));
 
   const TrainConfig& t = c.train;
   at_least(t.steps, 0, "train.steps");

@@ -73,6 +73,7 @@ torch::Tensor Executor::take_received(Dir dir, int chunk, int mb, StepStats& sta
   auto it = recvs_.find(key);
   BW_CHECK(it != recvs_.end(), "device {}: {} of chunk {} microbatch {} needed but never received",
            device_, dir == kForward ? "activation" : "gradient", chunk, mb);
+  if (hook_) hook_("p2p");
   const auto t0 = Clock::now();
   it->second.first->wait();
   stats.wait_ms += ms_since(t0);
@@ -90,7 +91,9 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
     data = batch(mb);
     stats.data_ms += ms_since(t_data);
   }
+  if (hook_) hook_("forward");
   if (chunk == 0) {
+    stats.first_chunk_microbatches.push_back(mb);
     slot.input = data.first;
   } else {
     slot.input = take_received(kForward, chunk, mb, stats).requires_grad_(true);
@@ -122,6 +125,7 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   if (chunk < last_chunk_ && !slot.out_grad.defined()) {
     slot.out_grad = take_received(kBackward, chunk, mb, stats);
   }
+  if (hook_) hook_("backward");
   std::vector<torch::Tensor> grads;
   if (chunk < last_chunk_) grads.push_back(slot.out_grad);
   const bool has_input_grad = chunk > 0;

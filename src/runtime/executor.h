@@ -51,7 +51,11 @@ struct StepStats {
   // other devices): the op timings the simulator can be fed with.
   std::vector<std::array<double, 4>> chunk_ms;
   int num_actions = 0;
+  std::vector<int> first_chunk_microbatches;  // local microbatches whose chunk-0 forward ran here
 };
+
+// Called with "forward", "backward" or "p2p" before each such action or wait (fault injection).
+using PhaseHook = std::function<void(const char* phase)>;
 
 class Executor {
  public:
@@ -62,6 +66,7 @@ class Executor {
            int microbatch_size, double loss_scale);
 
   StepStats run_step(const BatchFn& batch);
+  void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:
   enum Dir { kForward = 0, kBackward = 1 };
@@ -96,6 +101,7 @@ class Executor {
   std::map<std::tuple<int, int, int>, torch::Tensor> handoff_;  // local chunk-to-chunk tensors
   std::map<Key, torch::Tensor> outgoing_grads_;                 // input gradients for SEND_B
   std::vector<std::unique_ptr<Request>> sends_;
+  PhaseHook hook_;
 };
 
 }  // namespace bw::runtime

@@ -24,8 +24,7 @@ void zero_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers) 
 
 GradSync::GradSync(const RunLayout& layout, int rank,
                    std::map<int, std::shared_ptr<model::Layer>> layers,
-                   c10::intrusive_ptr<c10d::Store> store, Transport* world,
-                   std::chrono::milliseconds timeout)
+                   const TransportFactory& make_group, Transport* world)
     : layout_(layout), rank_(rank), layers_(std::move(layers)), world_(world) {
   for (auto& b : gradient_buckets(layout)) {
     const bool member = std::find(b.ranks.begin(), b.ranks.end(), rank) != b.ranks.end();
@@ -35,7 +34,7 @@ GradSync::GradSync(const RunLayout& layout, int rank,
       BW_CHECK(layers_.count(l) == 1, "rank {} is a replica of layer {} but does not hold it", rank,
                l);
       if (b.ranks.front() == rank) owned_layers_.push_back(l);
-      for (const auto& [name, p] : layers_.at(l)->parameter_list()) mine.grads.push_back(p);
+      for (const auto& [name, p] : layers_.at(l)->parameter_list()) mine.params.push_back(p);
     }
     if (b.ranks.size() > 1) {
       auto it = groups_.find(b.ranks);
@@ -44,8 +43,7 @@ GradSync::GradSync(const RunLayout& layout, int rank,
         const int index =
             static_cast<int>(std::find(b.ranks.begin(), b.ranks.end(), rank) - b.ranks.begin());
         it = groups_
-                 .emplace(b.ranks, make_gloo_transport(store, name, index,
-                                                       static_cast<int>(b.ranks.size()), timeout))
+                 .emplace(b.ranks, make_group(name, index, static_cast<int>(b.ranks.size())))
                  .first;
       }
       mine.group = it->second.get();
@@ -59,16 +57,24 @@ void GradSync::sync_gradients() {
   for (auto& b : mine_) {
     if (b.group == nullptr) continue;
     std::vector<torch::Tensor> grads;
-    for (const auto& p : b.grads) grads.push_back(p.grad().reshape({-1}));
+    for (const auto& p : b.params) grads.push_back(p.grad().reshape({-1}));
     auto flat = torch::cat(grads);
     b.group->allreduce_sum(flat);
     int64_t offset = 0;
-    for (const auto& p : b.grads) {
+    for (const auto& p : b.params) {
       const int64_t n = p.numel();
       p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
       offset += n;
     }
   }
+}
+
+std::vector<std::unique_ptr<Transport>> GradSync::release_groups() {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (auto& b : mine_) b.group = nullptr;
+  for (auto& [ranks, t] : groups_) out.push_back(std::move(t));
+  groups_.clear();
+  return out;
 }
 
 std::pair<double, double> GradSync::global_norm_and_loss(double local_loss) {

@@ -4,7 +4,8 @@
 // The replicas of a layer (one rank per pipeline) all-reduce (sum) its gradient. Consecutive
 // layers with the same replica set share one flat bucket and one process group; groups are cached
 // per member set (a ProcessGroupGloo on the store prefix "g{generation}/grp/{r0}-{r1}-..."), and
-// two buckets with the same members reuse one group. Buckets are visited in one global layer
+// two buckets with the same members reuse one group. Groups come from the generation's
+// TransportFactory, so tests can inject faults. Buckets are visited in one global layer
 // order on every rank, so collectives on overlapping groups cannot deadlock.
 //
 // Then the global gradient norm: each layer's squared norm is counted once (by the lowest rank of
@@ -32,8 +33,7 @@ class GradSync {
  public:
   // `world` may be null when the world has one rank.
   GradSync(const RunLayout& layout, int rank, std::map<int, std::shared_ptr<model::Layer>> layers,
-           c10::intrusive_ptr<c10d::Store> store, Transport* world,
-           std::chrono::milliseconds timeout);
+           const TransportFactory& make_group, Transport* world);
 
   // All-reduces every bucket this rank belongs to (gradients summed in place).
   void sync_gradients();
@@ -43,11 +43,13 @@ class GradSync {
   std::pair<double, double> global_norm_and_loss(double local_loss);
 
   int num_buckets() const { return static_cast<int>(mine_.size()); }
+  // Hands the sub-group transports over (to be discarded in the background).
+  std::vector<std::unique_ptr<Transport>> release_groups();
 
  private:
   struct MyBucket {
     Bucket bucket;
-    std::vector<torch::Tensor> grads;  // in layer order, then parameter order
+    std::vector<torch::Tensor> params;  // in layer order, then parameter order
     Transport* group = nullptr;
   };
   const RunLayout& layout_;

@@ -39,7 +39,8 @@ nlohmann::json StepReport::to_json() const {
           {"sync_ms", sync_ms},
           {"num_actions", num_actions},
           {"peak_rss_kb", peak_rss_kb},
-          {"chunk_ms", chunk_ms}};
+          {"chunk_ms", chunk_ms},
+          {"samples", samples}};
 }
 
 StepReport StepReport::from_json(const nlohmann::json& d) {
@@ -61,6 +62,7 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.peak_rss_kb = d.at("peak_rss_kb");
   if (d.contains("chunk_ms"))
     r.chunk_ms = d.at("chunk_ms").get<std::vector<std::array<double, 4>>>();
+  if (d.contains("samples")) r.samples = d.at("samples").get<std::vector<int64_t>>();
   return r;
 }
 
@@ -70,53 +72,61 @@ int64_t peak_rss_kb() {
   return usage.ru_maxrss;
 }
 
-Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank,
-               c10::intrusive_ptr<c10d::Store> store)
-    : config_(config), layout_(layout), rank_(rank) {
+Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, ModelState& state,
+               std::unique_ptr<Transport> world, const TransportFactory& make_group,
+               PhaseHook hook)
+    : config_(config),
+      layout_(layout),
+      rank_(rank),
+      state_(state),
+      world_(std::move(world)),
+      hook_(std::move(hook)) {
   std::tie(pipeline_, device_) = layout_.locate(rank);
   const auto& pl = layout_.pipelines[pipeline_];
-  model_ = model::named_config(config.model.name, layout_.vocab_size);
-  BW_CHECK(model::num_layers(model_) == layout_.num_layers, "model has {} layers, layout {}",
-           model::num_layers(model_), layout_.num_layers);
+  const auto& model = state_.model();
+  BW_CHECK(model::num_layers(model) == layout_.num_layers, "model has {} layers, layout {}",
+           model::num_layers(model), layout_.num_layers);
+  std::map<int, std::shared_ptr<model::Layer>> layers;
   for (int l : layout_.layers_of(rank)) {
-    layers_[l] = model::build_layer(model_, l, static_cast<uint64_t>(config.model.seed));
+    BW_CHECK(state_.holds(l), "rank {} needs layer {} but its state does not hold it", rank, l);
+    layers[l] = state_.layer_map().at(l);
   }
   // Only the ranks holding the first or the last chunk read data.
   const int last_chunk = pl.schedule.num_chunks - 1;
   if (pl.schedule.chunk_device[0] == device_ || pl.schedule.chunk_device[last_chunk] == device_) {
     const std::string path =
         config.data.path.empty() ? data::default_corpus_path() : config.data.path;
-    data::Sampler sampler(data::TokenDataset::open(path), model_.seq_len,
+    data::Sampler sampler(data::TokenDataset::open(path), model.seq_len,
                           static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(global_batch(config.pipeline));
     sampler_.emplace(std::move(sampler));
   }
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
-  if (layout_.world_size() > 1) {
-    BW_CHECK(store, "a world of {} ranks needs a store", layout_.world_size());
-    world_ = make_gloo_transport(store, fmt::format("g{}/world", layout_.generation), rank,
-                                 layout_.world_size(), timeout);
-  }
+  BW_CHECK(layout_.world_size() == 1 || (world_ && make_group),
+           "a world of {} ranks needs a world group and a group factory", layout_.world_size());
   const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
-  executor_ = std::make_unique<Executor>(model_, pl, device_, layers_, world_.get(),
+  executor_ = std::make_unique<Executor>(model, pl, device_, layers, world_.get(),
                                          layout_.microbatch_size, loss_scale);
-  sync_ = std::make_unique<GradSync>(layout_, rank, layers_, store, world_.get(), timeout);
-
-  NamedTensors params;
-  for (const auto& [l, layer] : layers_) {
-    for (const auto& [name, p] : layer->parameter_list()) {
-      params.emplace_back(checkpoint_tensor_name(l, name), p);
-    }
-  }
-  optimizer_ = std::make_unique<Optimizer>(std::move(params), config.train);
-  log(LogLevel::kInfo, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
+  if (hook_) executor_->set_hook(hook_);
+  sync_ = std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get());
+  log(LogLevel::kDebug, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
       fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
 }
 
 Worker::~Worker() = default;
 
-StepReport Worker::run_step(int step) {
+std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout,
+                                int pipeline, int step, const std::vector<int>& microbatches) {
+  const int64_t mbs = layout.microbatch_size;
+  const int64_t step_first = int64_t{step} * layout.total_microbatches * mbs;
+  std::vector<int64_t> out;
+  for (int m : microbatches) {
+    const int64_t first = step_first + (layout.pipelines[pipeline].first_microbatch + m) * mbs;
+    for (int64_t j = 0; j < mbs; ++j) out.push_back(sampler.window_of(first + j));
+  }
+  return out;
+}
+
+PreparedStep Worker::prepare(int step) {
   const auto t0 = Clock::now();
   const auto& pl = layout_.pipelines[pipeline_];
   const int64_t mbs = layout_.microbatch_size;
@@ -125,21 +135,22 @@ StepReport Worker::run_step(int step) {
     BW_CHECK(sampler_.has_value(), "rank {} has no data but its chunk needs a batch", rank_);
     return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
   };
-  zero_gradients(layers_);
+  zero_gradients(state_.layer_map());
   StepStats stats = executor_->run_step(batch);
 
   const auto t_sync = Clock::now();
+  if (hook_) hook_("grad_sync");
   sync_->sync_gradients();
   auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
-  const double norm = std::sqrt(sq_norm);
-  const double lr = optimizer_->step(step, clip_scale(sq_norm, config_.train.grad_clip));
 
-  StepReport r;
+  PreparedStep out;
+  out.clip = clip_scale(sq_norm, config_.train.grad_clip);
+  StepReport& r = out.report;
   r.step = step;
   r.rank = rank_;
   r.loss = loss;
-  r.grad_norm = norm;
-  r.lr = lr;
+  r.grad_norm = std::sqrt(sq_norm);
+  r.lr = lr_at(step, config_.train);
   r.compute_ms = stats.compute_ms;
   r.exec_ms = stats.total_ms;
   r.wait_ms = stats.wait_ms;
@@ -149,37 +160,57 @@ StepReport Worker::run_step(int step) {
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;
   r.chunk_ms = stats.chunk_ms;
+  if (sampler_ && !stats.first_chunk_microbatches.empty()) {
+    r.samples = sample_ids(*sampler_, layout_, pipeline_, step, stats.first_chunk_microbatches);
+  }
   r.step_ms = ms_since(t0);
   r.peak_rss_kb = peak_rss_kb();
-  return r;
+  return out;
 }
 
-bool Worker::owns(const std::string& tensor_name) const {
-  // "layers.{i}.{...}"
-  const int layer = std::stoi(tensor_name.substr(7));
-  return layout_.replicas(layer).front() == rank_;
+void Worker::apply(int step, const PreparedStep& prepared) {
+  BW_CHECK(state_.steps_done == step, "rank {} applies step {} but has applied {} steps", rank_,
+           step, state_.steps_done);
+  state_.optimizer().step(step, prepared.clip);
+  state_.steps_done = step + 1;
 }
 
-NamedTensors Worker::owned_parameters() const {
-  NamedTensors out;
-  for (const auto& [name, p] : optimizer_->params()) {
-    if (owns(name)) out.emplace_back(name, p.detach());
+StepReport Worker::run_step(int step) {
+  auto prepared = prepare(step);
+  const auto t0 = Clock::now();
+  apply(step, prepared);
+  prepared.report.sync_ms += ms_since(t0);
+  prepared.report.step_ms += ms_since(t0);
+  return prepared.report;
+}
+
+std::vector<std::unique_ptr<Transport>> Worker::release_transports() {
+  std::vector<std::unique_ptr<Transport>> out;
+  if (sync_) out = sync_->release_groups();
+  executor_.reset();
+  sync_.reset();
+  if (world_) out.push_back(std::move(world_));
+  return out;
+}
+
+std::vector<int> Worker::owned_layers() const {
+  std::vector<int> out;
+  for (int l : layout_.layers_of(rank_)) {
+    if (layout_.replicas(l).front() == rank_) out.push_back(l);
   }
   return out;
 }
+
+NamedTensors Worker::owned_parameters() const { return state_.parameters_of(owned_layers()); }
 
 NamedTensors Worker::owned_optimizer_state() const {
-  NamedTensors out;
-  for (auto& [name, t] : optimizer_->state_tensors()) {
-    if (owns(name)) out.emplace_back(name, t);
-  }
-  return out;
+  return state_.optimizer_state_of(owned_layers());
 }
 
 void Worker::load_state(const std::map<std::string, torch::Tensor>& params,
                         const std::map<std::string, torch::Tensor>* optimizer_state) {
   torch::NoGradGuard no_grad;
-  for (const auto& [name, p] : optimizer_->params()) {
+  for (const auto& [name, p] : state_.optimizer().params()) {
     auto it = params.find(name);
     if (it == params.end()) {
       throw ConfigError(fmt::format("the checkpoint has no tensor '{}'", name));
@@ -191,19 +222,13 @@ void Worker::load_state(const std::map<std::string, torch::Tensor>& params,
     }
     p.copy_(it->second);
   }
-  if (optimizer_state != nullptr) optimizer_->load_state_tensors(*optimizer_state);
+  if (optimizer_state != nullptr) state_.optimizer().load_state_tensors(*optimizer_state);
 }
 
 std::vector<std::pair<int, uint64_t>> Worker::layer_checksums() const {
   std::vector<std::pair<int, uint64_t>> out;
-  for (const auto& [l, layer] : layers_) {
-    uint64_t h = 1469598103934665603ULL;
-    for (const auto& [name, p] : layer->parameter_list()) {
-      auto c = p.detach().contiguous();
-      const auto* bytes = static_cast<const uint8_t*>(c.data_ptr());
-      for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
-    }
-    out.emplace_back(l, h);
+  for (const auto& [l, h] : state_.parameter_checksums()) {
+    if (state_.holds(l)) out.emplace_back(l, h);
   }
   return out;
 }

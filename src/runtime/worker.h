@@ -1,7 +1,7 @@
-// A worker: one device's share of training (DESIGN.md "Runtime"). It builds only the layers of
-// its chunks, runs its action list each step (executor.h), syncs gradients per layer across
-// pipelines and computes the global norm (grad_sync.h), clips, and applies AdamW with the
-// scheduled learning rate. Checkpoint shards and state loading go through named tensors
+// A worker: one device's share of training in one generation (docs/design.md "Runtime"). It runs
+// its action list each step (executor.h) on the layers of a ModelState that outlives it, syncs
+// gradients per layer across pipelines and computes the global norm (grad_sync.h); once the step
+// is committed it clips and applies AdamW with the scheduled learning rate (prepare / apply). Checkpoint shards and state loading go through named tensors
 // ("layers.{i}.{param}"), so a checkpoint written under one plan loads under any other.
 //
 // Data: step k consumes global samples [k*G, (k+1)*G); this rank's pipeline computes global
@@ -34,6 +34,7 @@
 #include "runtime/executor.h"
 #include "runtime/grad_sync.h"
 #include "runtime/layout.h"
+#include "runtime/model_state.h"
 #include "runtime/optimizer.h"
 
 namespace bw::runtime {
@@ -55,26 +56,46 @@ struct StepReport {
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
   std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms
+  std::vector<int64_t> samples;  // data window ids this rank fed into chunk 0 (any order)
 
   nlohmann::json to_json() const;
   static StepReport from_json(const nlohmann::json& doc);
 };
 
+// What a step computed before its commit: gradients are synced and clipped-to-be, nothing is
+// applied yet (the optimizer runs only once the coordinator commits the step).
+struct PreparedStep {
+  StepReport report;
+  double clip = 1.0;  // factor for the gradients
+};
+
 class Worker {
  public:
-  // `store` is null when the world has one rank (no communication).
-  Worker(const RunConfig& config, const RunLayout& layout, int rank,
-         c10::intrusive_ptr<c10d::Store> store);
+  // One generation's view of a rank: `state` (which outlives the worker) must hold every layer of
+  // layout.layers_of(rank); `world` is the generation's group of all ranks and `make_group`
+  // builds the gradient groups (both unused, and may be null, when the world has one rank).
+  // `hook` sees the phases of each step.
+  Worker(const RunConfig& config, const RunLayout& layout, int rank, ModelState& state,
+         std::unique_ptr<Transport> world, const TransportFactory& make_group,
+         PhaseHook hook = {});
   ~Worker();
 
+  // Forward, backward and gradient sync of 0-based step `step` (samples [step*G, (step+1)*G)).
+  PreparedStep prepare(int step);
+  // Applies a prepared step (AdamW with the step's learning rate); state.steps_done = step + 1.
+  void apply(int step, const PreparedStep& prepared);
+  // prepare + apply, for runs without a coordinator's commit (one process).
   StepReport run_step(int step);
 
   int rank() const { return rank_; }
-  const model::GptConfig& model_config() const { return model_; }
-  const std::map<int, std::shared_ptr<model::Layer>>& layers() const { return layers_; }
+  const RunLayout& layout() const { return layout_; }
+  const model::GptConfig& model_config() const { return state_.model(); }
+  ModelState& state() { return state_; }
+  Transport* world() { return world_.get(); }
 
-  // Parameters and optimizer state of the layers this rank owns (the lowest rank of each replica
-  // set): "layers.{i}.{param}" and "layers.{i}.{param}.exp_avg" / ".exp_avg_sq" / ".step".
+  // Layers whose checkpoint tensors this rank writes: those where it is the lowest rank of the
+  // replica set.
+  std::vector<int> owned_layers() const;
   NamedTensors owned_parameters() const;
   NamedTensors owned_optimizer_state() const;
   // Loads every held layer's parameters (and optimizer state when given) by name; ConfigError
@@ -82,11 +103,11 @@ class Worker {
   void load_state(const std::map<std::string, torch::Tensor>& params,
                   const std::map<std::string, torch::Tensor>* optimizer_state);
 
-  // Whether this rank saves tensor "layers.{i}...." (it is the lowest rank holding layer i).
-  bool owns(const std::string& tensor_name) const;
-
   // FNV-1a of each held layer's parameter bytes.
   std::vector<std::pair<int, uint64_t>> layer_checksums() const;
+
+  // The generation's transports, for discard_in_background() (the worker is unusable after).
+  std::vector<std::unique_ptr<Transport>> release_transports();
 
  private:
   RunConfig config_;
@@ -94,14 +115,18 @@ class Worker {
   int rank_;
   int pipeline_;
   int device_;
-  model::GptConfig model_;
-  std::map<int, std::shared_ptr<model::Layer>> layers_;
+  ModelState& state_;
   std::optional<data::Sampler> sampler_;
   std::unique_ptr<Transport> world_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<GradSync> sync_;
-  std::unique_ptr<Optimizer> optimizer_;
+  PhaseHook hook_;
 };
+
+// Global sample ids (window indices of the data) of local microbatches `microbatches` of
+// `pipeline` at step `step`, for the exactly-once check.
+std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout,
+                                int pipeline, int step, const std::vector<int>& microbatches);
 
 // Peak resident set size of this process in KiB (0 where unknown).
 int64_t peak_rss_kb();

@@ -100,7 +100,15 @@ Trained train_threads(const RunConfig& config, const RunLayout& layout) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Worker w(config, layout, r, world > 1 ? store : c10::intrusive_ptr<c10d::Store>());
+        const auto model = model::named_config(config.model.name, layout.vocab_size);
+        ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
+        state.keep_only(layout.layers_of(r));
+        TransportFactory factory = [&](const std::string& prefix, int rank, int size) {
+          return make_gloo_transport(store, prefix, rank, size, std::chrono::seconds(60));
+        };
+        std::unique_ptr<Transport> group;
+        if (world > 1) group = factory("g0/world", r, world);
+        Worker w(config, layout, r, state, std::move(group), factory);
         for (int s = 0; s < config.train.steps; ++s)
           per_rank[r].losses.push_back(w.run_step(s).loss);
         for (auto& [name, t] : w.owned_parameters()) per_rank[r].params[name] = t.clone();

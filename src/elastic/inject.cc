@@ -1,0 +1,123 @@
+#include "elastic/inject.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "core/error.h"
+#include "elastic/keys.h"
+
+namespace bw::elastic {
+namespace {
+
+const std::set<std::string> kActions = {"kill", "hang", "agent"};
+const std::set<std::string> kPhases = {"forward", "backward",  "p2p",         "grad_sync",
+                                       "commit",  "optimizer", "reconfigure", "state_transfer"};
+
+int parse_int(const std::string& entry, const std::string& key, const std::string& value) {
+  size_t used = 0;
+  int v = -1;
+  try {
+    v = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v < 0) {
+    throw ConfigError(fmt::format(
+        "elastic.inject entry '{}': {} must be an integer >= 0, got '{}'", entry, key, value));
+  }
+  return v;
+}
+
+}  // namespace
+
+double wall_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(system_clock::now().time_since_epoch()).count();
+}
+
+std::vector<FaultSpec> parse_faults(const std::string& text) {
+  std::vector<FaultSpec> out;
+  std::stringstream list(text);
+  std::string entry;
+  const std::string form =
+      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang or agent";
+  while (std::getline(list, entry, ',')) {
+    if (entry.empty()) continue;
+    std::stringstream parts(entry);
+    std::string part;
+    FaultSpec f;
+    bool has_node = false, has_step = false;
+    std::getline(parts, f.action, ':');
+    if (kActions.count(f.action) == 0) {
+      throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}",
+                                    entry, f.action, form));
+    }
+    while (std::getline(parts, part, ':')) {
+      const auto eq = part.find('=');
+      const std::string key = part.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
+      if (key == "node") {
+        f.node = parse_int(entry, key, value);
+        has_node = true;
+      } else if (key == "step") {
+        f.step = parse_int(entry, key, value);
+        has_step = true;
+      } else if (key == "device") {
+        f.device = parse_int(entry, key, value);
+      } else if (key == "phase") {
+        if (kPhases.count(value) == 0) {
+          throw ConfigError(fmt::format(
+              "elastic.inject entry '{}': unknown phase '{}'; use forward, backward, p2p, "
+              "grad_sync, commit, optimizer, reconfigure or state_transfer",
+              entry, value));
+        }
+        f.phase = value;
+      } else {
+        throw ConfigError(
+            fmt::format("elastic.inject entry '{}': unknown field '{}'; use {}", entry, key, form));
+      }
+    }
+    if (!has_node || !has_step) {
+      throw ConfigError(
+          fmt::format("elastic.inject entry '{}' needs node= and step=; use {}", entry, form));
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+Injector::Injector(std::vector<FaultSpec> specs, int node, int device,
+                   c10::intrusive_ptr<c10d::Store> store)
+    : store_(std::move(store)) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].node == node && specs[i].device == device) {
+      mine_.emplace_back(static_cast<int>(i), specs[i]);
+    }
+  }
+}
+
+void Injector::at(int step, const std::string& phase) {
+  for (const auto& [index, f] : mine_) {
+    if (f.step != step || f.phase != phase) continue;
+    if (store_->add(keys::inject_fired(index), 1) != 1) continue;
+    const auto at = fmt::format("{:.3f}", wall_ms());
+    store_->set(keys::inject_time(index), std::vector<uint8_t>(at.begin(), at.end()));
+    if (f.action == "kill") {
+      ::raise(SIGKILL);
+    } else if (f.action == "hang") {
+      ::raise(SIGSTOP);
+    } else {
+      ::kill(getppid(), SIGKILL);  // the agent; PR_SET_PDEATHSIG then ends this process
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+    }
+  }
+}
+
+}  // namespace bw::elastic

@@ -1,0 +1,53 @@
+// Fault injection for tests and demos (`--elastic.inject`, docs/elastic.md "Fault injection").
+//
+// A spec list, comma-separated: `ACTION:node=N:step=S[:phase=P][:device=D]`, e.g.
+// `kill:node=2:step=5:phase=grad_sync,hang:node=1:step=9`. Actions: `kill` (SIGKILL of the node's
+// worker), `hang` (SIGSTOP of it), `agent` (SIGKILL of the node's agent, whose workers die with
+// it). Phases: forward, backward, p2p, grad_sync (default forward), commit (after the step is
+// committed, before the update), optimizer (after the update), and, in a generation after a
+// reconfiguration, reconfigure (while the groups are built) and state_transfer (while layers
+// move); for those two, `step` is the step the new generation starts at. Each spec fires once
+// (a store counter decides), in the worker `device` (default 0) of node `node`, which records the
+// wall-clock time of the fault so recovery is measured from it.
+//
+// Thread-safety: an Injector is used by its worker's main thread.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+}
+
+namespace bw::elastic {
+
+struct FaultSpec {
+  std::string action;  // kill | hang | agent
+  int node = 0;
+  int device = 0;
+  int step = 0;
+  std::string phase = "forward";
+};
+
+// ConfigError naming the bad entry and the expected form.
+std::vector<FaultSpec> parse_faults(const std::string& text);
+
+// Wall-clock milliseconds since the epoch (for times compared across processes).
+double wall_ms();
+
+class Injector {
+ public:
+  Injector(std::vector<FaultSpec> specs, int node, int device, c10::intrusive_ptr<c10d::Store> store);
+  // Fires every spec of this worker for (step, phase) that has not fired yet.
+  void at(int step, const std::string& phase);
+  bool empty() const { return mine_.empty(); }
+
+ private:
+  std::vector<std::pair<int, FaultSpec>> mine_;  // (index in the list, spec)
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+}  // namespace bw::elastic

@@ -1,0 +1,689 @@
+#include "elastic/supervisor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "elastic/keys.h"
+#include "plan/reconfigure.h"
+#include "runtime/checkpointing.h"
+#include "runtime/log.h"
+
+namespace bw::elastic {
+namespace fs = std::filesystem;
+namespace {
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+bool exists(c10d::Store& store, const std::string& key) { return store.check({key}); }
+int64_t counter(c10d::Store& store, const std::string& key) { return store.add(key, 0); }
+
+// The newest complete checkpoint under out_dir: (steps done, sidecar), or (-1, "").
+std::pair<int, std::string> last_checkpoint(const std::string& out_dir) {
+  std::pair<int, std::string> best{-1, ""};
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("checkpoint-", 0) != 0) continue;
+    const auto sidecar = e.path() / "checkpoint.json";
+    if (!fs::exists(sidecar)) continue;
+    try {
+      const int step = std::stoi(name.substr(11));
+      if (step > best.first) best = {step, sidecar.string()};
+    } catch (const std::exception&) {
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+double SystemClock::now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string samples_digest(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  uint64_t h = 1469598103934665603ULL;
+  for (int64_t id : ids) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<uint64_t>(id) >> (8 * b)) & 0xff)) *
+                                    1099511628211ULL;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+Supervisor::Supervisor(c10::intrusive_ptr<c10d::Store> store, Clock& clock, Nodes& nodes,
+                       PlanContext context, RunPlan first, SupervisorOptions options)
+    : store_(std::move(store)),
+      clock_(clock),
+      nodes_(nodes),
+      ctx_(std::move(context)),
+      run_(std::move(first)),
+      opt_(options) {}
+
+std::vector<int> Supervisor::workers_of(int node) const {
+  std::vector<int> out;
+  for (int d = 0; d < ctx_.devices_per_node; ++d) out.push_back(node * ctx_.devices_per_node + d);
+  return out;
+}
+
+std::string Supervisor::plan_string(const RunPlan& run) const {
+  std::vector<std::string> parts;
+  for (const auto& p : run.plan.pipelines) {
+    std::vector<int> nodes;
+    for (auto n : p.nodes) nodes.push_back(n.value());
+    parts.push_back(fmt::format("[{}]x{}", fmt::join(nodes, ","), p.microbatches));
+  }
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+void Supervisor::start() {
+  const double now = clock_.now_ms();
+  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) {
+    node_states_[n] = NodeState{};
+    node_states_[n].in_plan = true;
+  }
+  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) {
+    for (int w : workers_of(n)) set_string(*store_, keys::worker_generation(w, 0), "0");
+  }
+  publish(run_, opt_.first_step, {});
+  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) nodes_.start(n, 0);
+  last_commit_ms_ = now;
+}
+
+void Supervisor::publish(const RunPlan& run, int first_step,
+                         const std::vector<std::tuple<int, int, int>>& copies) {
+  run_ = run;
+  g_ = run.layout.generation;
+  nlohmann::json layout = {{"layout", runtime::to_json(run.layout)}, {"workers", run.workers}};
+  nlohmann::json start = {{"first_step", first_step},
+                          {"resume", g_ == 0 ? opt_.resume : std::string()},
+                          {"copies", nlohmann::json::array()}};
+  for (const auto& [layer, from, to] : copies) start["copies"].push_back({layer, from, to});
+  set_string(*store_, keys::layout(g_), layout.dump());
+  set_string(*store_, keys::start(g_), start.dump());
+  gen_first_step_ = first_step;
+  gen_committed_any_ = false;
+  left_since_ms_ = 0;
+  committed_ = first_step;
+  last_commit_ms_ = clock_.now_ms();
+  phase_ = first_step >= opt_.steps ? Phase::kFinish : Phase::kRun;
+  if (phase_ == Phase::kFinish) pending_checkpoints_.insert(opt_.steps);
+  finish_deadline_ms_ = last_commit_ms_ + opt_.step_timeout_ms;
+  if (on_plan) on_plan(run_);
+}
+
+void Supervisor::detect() {
+  const double now = clock_.now_ms();
+  // Agents that exited, and exit reports (an agent reports a worker's exit before it exits).
+  std::vector<std::pair<int, int>> exited = nodes_.poll();
+  const int64_t reports = counter(*store_, keys::exits());
+  auto check_report = [&](int node) {
+    const auto& st = node_states_[node];
+    const auto key = keys::node_exit(node, st.incarnation);
+    if (!exists(*store_, key)) return false;
+    const auto doc = nlohmann::json::parse(get_string(*store_, key));
+    const int worker = doc.at("worker"), status = doc.at("status");
+    if (status == 1 || status == 2) {
+      fail_run(worker, status);
+      return true;
+    }
+    node_lost(node, fmt::format("worker {} exited with status {}", worker, status), 0);
+    return true;
+  };
+  if (reports != exits_seen_) {
+    exits_seen_ = reports;
+    for (auto& [node, st] : node_states_) {
+      if (st.live && check_report(node) && phase_ == Phase::kDone) return;
+    }
+  }
+  for (const auto& [node, status] : exited) {
+    if (!node_states_[node].live) continue;
+    if (check_report(node)) {
+      if (phase_ == Phase::kDone) return;
+      continue;
+    }
+    node_lost(node, fmt::format("its agent exited with status {}", status), 0);
+  }
+  if (now - last_beat_check_ms_ < 100) return;
+  last_beat_check_ms_ = now;
+  auto stale = [&](Beat& b, int64_t count) {
+    if (count != b.count) {
+      const bool first = b.count < 0;
+      b = {count, now};
+      (void)first;
+      return false;
+    }
+    // Before its first beat a process is still starting (loading LibTorch).
+    return now - b.since_ms > (count == 0 ? opt_.startup_ms : opt_.heartbeat_timeout_ms);
+  };
+  for (auto& [node, st] : node_states_) {
+    if (!st.live) continue;
+    if (stale(node_beats_[node], counter(*store_, keys::node_heartbeat(node)))) {
+      node_lost(node,
+                fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
+                            opt_.heartbeat_timeout_ms / 1000),
+                0);
+      continue;
+    }
+    for (int w : workers_of(node)) {
+      if (stale(worker_beats_[w], counter(*store_, keys::worker_heartbeat(w)))) {
+        node_lost(node,
+                  fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
+                              "elastic.heartbeat_timeout_s)",
+                              w, opt_.heartbeat_timeout_ms / 1000),
+                  0);
+        break;
+      }
+    }
+  }
+}
+
+void Supervisor::fail_run(int worker, int status) {
+  std::string message = fmt::format("worker {} exited with status {}", worker, status);
+  bool config = status == 2;
+  if (exists(*store_, keys::worker_error(worker))) {
+    const auto doc = nlohmann::json::parse(get_string(*store_, keys::worker_error(worker)));
+    message = doc.at("message").get<std::string>();
+    config = doc.at("kind").get<std::string>() == keys::kConfigError;
+  }
+  for (auto& [node, st] : node_states_) {
+    nodes_.kill(node);
+    st.live = false;
+  }
+  set_string(*store_, keys::abort(g_), "1");
+  outcome_.kind = Outcome::kFailed;
+  outcome_.message = message;
+  outcome_.config_error = config;
+  phase_ = Phase::kDone;
+}
+
+void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
+  auto& st = node_states_[node];
+  if (!st.live) return;
+  const double now = clock_.now_ms();
+  st.live = false;
+  st.joining = false;
+  st.lost_at_ms = now;
+  nodes_.kill(node);
+  joiners_.erase(node);
+  // The fault's own time when it was injected (the worker recorded it before the signal).
+  if (fail_ms <= 0) {
+    fail_ms = now;
+    const auto faults = parse_faults(ctx_.config.elastic.inject);
+    for (size_t i = 0; i < faults.size(); ++i) {
+      if (faults[i].node != node || !exists(*store_, keys::inject_time(static_cast<int>(i)))) {
+        continue;
+      }
+      const double at = std::stod(get_string(*store_, keys::inject_time(static_cast<int>(i))));
+      if (at <= now && now - at < 60000 && used_faults_.insert(static_cast<int>(i)).second) {
+        fail_ms = at;
+      }
+    }
+  }
+  Event e;
+  e.kind = "node_lost";
+  e.step = committed_;
+  e.nodes = {node};
+  e.generation = g_;
+  e.cause = cause;
+  e.detect_ms = now - fail_ms;
+  runtime::log(runtime::LogLevel::kInfo, "node {} lost at step {}: {}", node, committed_, cause);
+  if (on_event) on_event(e);
+  if (!st.in_plan) return;  // a joining node that died before it joined
+  st.in_plan = false;
+  failed_.insert(node);
+  if (phase_ == Phase::kRun || phase_ == Phase::kFinish) {
+    recovery_ = Recovery{};
+    recovery_->kind = "node_lost";
+    recovery_->fail_ms = fail_ms;
+    recovery_->detect_ms = now;
+    recovery_->step = committed_;
+    recovery_->old_plan = plan_string(run_);
+    begin_quiesce();
+  } else if (phase_ == Phase::kSave) {
+    outcome_.kind = Outcome::kStopped;
+    outcome_.message += fmt::format("; node {} was lost while the checkpoint was being written", node);
+    phase_ = Phase::kDone;
+  }
+  if (recovery_) recovery_->nodes.assign(failed_.begin(), failed_.end());
+}
+
+void Supervisor::begin_quiesce() {
+  if (!exists(*store_, keys::decision(g_, committed_))) {
+    set_string(*store_, keys::decision(g_, committed_), "abort");
+  }
+  set_string(*store_, keys::abort(g_), "1");
+  phase_ = Phase::kQuiesce;
+  quiesce_deadline_ms_ = clock_.now_ms() + opt_.stop_grace_ms;
+}
+
+std::vector<int> Supervisor::live_workers_in_generation() const {
+  std::vector<int> out;
+  for (int w : run_.workers) {
+    const int node = w / ctx_.devices_per_node;
+    if (node_states_.at(node).live && failed_.count(node) == 0) out.push_back(w);
+  }
+  return out;
+}
+
+void Supervisor::maybe_start_joins() {
+  const double now = clock_.now_ms();
+  for (auto& [node, st] : node_states_) {
+    if (!st.live && opt_.rejoin_after_ms > 0 && failed_.count(node) == 0 &&
+        now - st.lost_at_ms >= opt_.rejoin_after_ms) {
+      st.incarnation += 1;
+      st.live = true;
+      st.joining = true;
+      node_beats_.erase(node);
+      for (int w : workers_of(node)) worker_beats_.erase(w);
+      runtime::log(runtime::LogLevel::kInfo, "starting node {} again (incarnation {})", node,
+                   st.incarnation);
+      nodes_.start(node, st.incarnation);
+    }
+    if (st.live && st.joining) {
+      std::vector<std::string> up;
+      for (int w : workers_of(node)) up.push_back(keys::worker_up(w, st.incarnation));
+      if (store_->check(up)) {
+        st.joining = false;
+        joiners_.insert(node);
+      }
+    }
+  }
+}
+
+void Supervisor::poll_run() {
+  maybe_start_joins();
+  const int world = run_.layout.world_size();
+  const double now = clock_.now_ms();
+  if (counter(*store_, keys::num_ready(g_, committed_)) == world) {
+    StepRecord rec;
+    rec.step = committed_;
+    rec.generation = g_;
+    rec.world = world;
+    std::vector<int64_t> ids;
+    for (int r = 0; r < world; ++r) {
+      const auto key = keys::ready(g_, committed_, r);
+      rec.reports.push_back(
+          runtime::StepReport::from_json(nlohmann::json::parse(get_string(*store_, key))));
+      store_->deleteKey(key);
+      ids.insert(ids.end(), rec.reports.back().samples.begin(), rec.reports.back().samples.end());
+    }
+    const bool last_step = committed_ + 1 == opt_.steps;
+    const bool join = !joiners_.empty() && !last_step;
+    set_string(*store_, keys::decision(g_, committed_), join ? "last" : "commit");
+    rec.loss = rec.reports.front().loss;
+    rec.grad_norm = rec.reports.front().grad_norm;
+    rec.lr = rec.reports.front().lr;
+    rec.samples = samples_digest(ids);
+    rec.step_s = (now - last_commit_ms_) / 1000;
+    last_commit_ms_ = now;
+    ++committed_;
+    if (runtime::checkpoint_due(ctx_.config.train, rec.step)) pending_checkpoints_.insert(committed_);
+    if (pending_ && !gen_committed_any_) {
+      Event e;
+      e.kind = "recovered";
+      e.step = rec.step;
+      e.nodes = pending_->nodes;
+      e.generation = g_;
+      e.cause = pending_->kind;
+      e.old_plan = pending_->old_plan;
+      e.new_plan = plan_string(run_);
+      e.detect_ms = pending_->detect_ms - pending_->fail_ms;
+      e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
+      e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
+      for (int r = 0; r < world; ++r) {
+        if (!exists(*store_, keys::joined(g_, r))) continue;
+        const auto j = nlohmann::json::parse(get_string(*store_, keys::joined(g_, r)));
+        e.regroup_ms = std::max(e.regroup_ms, j.at("regroup_ms").get<double>());
+        e.transfer_ms = std::max(e.transfer_ms, j.at("transfer_ms").get<double>());
+      }
+      e.recovery_ms = now - pending_->fail_ms;
+      e.replay_ms = std::max(0.0, now - pending_->published_ms - e.regroup_ms - e.transfer_ms);
+      if (on_event) on_event(e);
+      pending_.reset();
+    }
+    gen_committed_any_ = true;
+    if (on_step) on_step(rec);
+    if (join) {
+      recovery_ = Recovery{};
+      recovery_->kind = "node_joined";
+      recovery_->nodes.assign(joiners_.begin(), joiners_.end());
+      recovery_->fail_ms = now;
+      recovery_->detect_ms = now;
+      recovery_->step = committed_;
+      recovery_->old_plan = plan_string(run_);
+      begin_quiesce();
+      return;
+    }
+    if (committed_ == opt_.steps) {
+      phase_ = Phase::kFinish;
+      finish_deadline_ms_ = now + opt_.step_timeout_ms;
+    }
+    regroups_ = 0;
+  } else if (left_since_ms_ == 0 && counter(*store_, keys::num_left(g_)) > 0) {
+    left_since_ms_ = now;
+  } else if (left_since_ms_ > 0 && now - left_since_ms_ > opt_.stop_grace_ms) {
+    // A rank gave up on the generation and no failure explains it: re-form the generation on
+    // the same nodes (a transient fault), a few times at most.
+    std::string why = "no message";
+    for (int r = 0; r < world; ++r) {
+      if (exists(*store_, keys::left(g_, r))) {
+        why = fmt::format("rank {}: {}", r, get_string(*store_, keys::left(g_, r)));
+        break;
+      }
+    }
+    if (++regroups_ > 3) {
+      for (auto& [node, st] : node_states_) nodes_.kill(node);
+      set_string(*store_, keys::abort(g_), "1");
+      outcome_.kind = Outcome::kStopped;
+      outcome_.message = fmt::format(
+          "generation {} failed {} times in a row with every node alive ({}); stopped", g_,
+          regroups_, why);
+      phase_ = Phase::kDone;
+      return;
+    }
+    runtime::log(runtime::LogLevel::kWarn, "re-forming generation {} on the same nodes: {}", g_,
+                 why);
+    recovery_ = Recovery{};
+    recovery_->kind = "regroup";
+    recovery_->fail_ms = left_since_ms_;
+    recovery_->detect_ms = now;
+    recovery_->step = committed_;
+    recovery_->old_plan = plan_string(run_);
+    begin_quiesce();
+    return;
+  } else if (now - last_commit_ms_ > opt_.step_timeout_ms) {
+    // Nobody died, yet the step is not done: the first rank that is not ready counts as hung.
+    for (int r = 0; r < world; ++r) {
+      if (!exists(*store_, keys::ready(g_, committed_, r))) {
+        node_lost(run_.workers[r] / ctx_.devices_per_node,
+                  fmt::format("rank {} did not finish step {} within elastic.step_timeout_s = {} s",
+                              r, committed_, opt_.step_timeout_ms / 1000),
+                  0);
+        break;
+      }
+    }
+  }
+  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
+    if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
+      if (on_checkpoint) on_checkpoint(*it, world, run_);
+      it = pending_checkpoints_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Supervisor::poll_quiesce() {
+  const auto expected = live_workers_in_generation();
+  std::vector<std::string> names;
+  for (int w : expected) names.push_back(keys::stopped(g_, w));
+  const double now = clock_.now_ms();
+  if (names.empty() || store_->check(names)) {
+    holdings_.clear();
+    for (int w : expected) {
+      const auto doc = nlohmann::json::parse(get_string(*store_, keys::stopped(g_, w)));
+      const int steps_done = doc.at("steps_done");
+      BW_CHECK(steps_done == committed_,
+               "worker {} left generation {} having applied {} steps, but {} are committed", w,
+               g_, steps_done, committed_);
+      holdings_[w] = doc.at("layers").get<std::vector<int>>();
+    }
+    // A checkpoint whose shards all made it before the stop is complete; others are dropped.
+    const int world = run_.layout.world_size();
+    for (int steps_done : pending_checkpoints_) {
+      if (counter(*store_, keys::num_saved(g_, steps_done - 1)) == world) {
+        if (on_checkpoint) on_checkpoint(steps_done, world, run_);
+      } else {
+        std::error_code ec;
+        fs::remove_all(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done), ec);
+        runtime::log(runtime::LogLevel::kWarn,
+                     "checkpoint at step {} dropped: a failure interrupted its shards",
+                     steps_done);
+      }
+    }
+    pending_checkpoints_.clear();
+    if (recovery_) recovery_->quiesced_ms = now;
+    replan();
+    return;
+  }
+  if (now > quiesce_deadline_ms_) {
+    for (int w : expected) {
+      if (!exists(*store_, keys::stopped(g_, w))) {
+        node_lost(w / ctx_.devices_per_node,
+                  fmt::format("worker {} did not stop within {:.1f} s of the abort", w,
+                              opt_.stop_grace_ms / 1000),
+                  0);
+      }
+    }
+  }
+}
+
+void Supervisor::replan() {
+  std::vector<NodeId> failed, joining;
+  for (int n : failed_) failed.push_back(NodeId(n));
+  for (int n : joiners_) joining.push_back(NodeId(n));
+  plan::Plan next = run_.plan;
+  RunPlan next_run;
+  try {
+    if (!failed.empty()) next = plan::reconfigure(next, ctx_.templates, failed, ctx_.cluster).plan;
+    if (!joining.empty()) next = plan::join(next, ctx_.templates, joining, ctx_.cluster).plan;
+    next.generation = g_ + 1;
+    next_run = layout_plan(ctx_, next);
+  } catch (const ConfigError& e) {
+    stop(e.what());
+    return;
+  }
+  // Copies: each layer a rank of g+1 needs and its worker does not hold, from a survivor that
+  // holds it, spreading the sources over the holders.
+  std::vector<std::tuple<int, int, int>> copies;
+  std::map<int, size_t> turn;
+  for (int r = 0; r < next_run.layout.world_size(); ++r) {
+    const int w = next_run.workers[r];
+    const auto& have = holdings_[w];
+    for (int l : next_run.layout.layers_of(r)) {
+      if (std::find(have.begin(), have.end(), l) != have.end()) continue;
+      std::vector<int> holders;
+      for (const auto& [hw, layers] : holdings_) {
+        if (std::find(layers.begin(), layers.end(), l) != layers.end()) holders.push_back(hw);
+      }
+      if (holders.empty()) {
+        stop(fmt::format("no surviving worker holds layer {}", l));
+        return;
+      }
+      copies.emplace_back(l, holders[turn[l]++ % holders.size()], w);
+    }
+  }
+  for (int n : joiners_) {
+    node_states_[n].in_plan = true;
+    for (int w : workers_of(n)) {
+      set_string(*store_, keys::worker_generation(w, node_states_[n].incarnation),
+                 std::to_string(g_ + 1));
+    }
+  }
+  const int old_g = g_;
+  const int first_step = committed_;
+  publish(next_run, first_step, copies);
+  set_string(*store_, keys::next(old_g),
+             nlohmann::json{{"kind", "generation"}, {"generation", g_}}.dump());
+  if (recovery_) {
+    recovery_->published_ms = clock_.now_ms();
+    pending_ = recovery_;
+    recovery_.reset();
+  }
+  failed_.clear();
+  joiners_.clear();
+  holdings_.clear();
+}
+
+void Supervisor::stop(const std::string& why) {
+  const int num_layers = run_.layout.num_layers;
+  std::map<int, std::vector<int>> by_writer;
+  std::vector<int> lost;
+  for (int l = 0; l < num_layers; ++l) {
+    int writer = -1;
+    for (const auto& [w, layers] : holdings_) {
+      if (std::find(layers.begin(), layers.end(), l) != layers.end()) {
+        writer = w;
+        break;
+      }
+    }
+    if (writer < 0) {
+      lost.push_back(l);
+    } else {
+      by_writer[writer].push_back(l);
+    }
+  }
+  Event e;
+  e.kind = "stopped";
+  e.step = committed_;
+  e.generation = g_;
+  e.nodes.assign(failed_.begin(), failed_.end());
+  e.cause = why;
+  outcome_.kind = Outcome::kStopped;
+  outcome_.message = fmt::format("cannot continue after losing node(s) {} at step {}: {}",
+                                 fmt::join(failed_, ","), committed_, why);
+  if (lost.empty() && !by_writer.empty()) {
+    save_dir_ = runtime::checkpoint_dir(ctx_.config.train.out_dir, committed_);
+    std::error_code ec;
+    fs::remove_all(save_dir_, ec);
+    nlohmann::json shards = nlohmann::json::object();
+    int index = 0;
+    save_writers_.clear();
+    for (const auto& [w, layers] : by_writer) {
+      shards[std::to_string(w)] = {{"shard", index++}, {"layers", layers}};
+      save_writers_.push_back(w);
+    }
+    set_string(*store_, keys::next(g_),
+               nlohmann::json{{"kind", "shutdown"}, {"save", {{"dir", save_dir_}, {"shards", shards}}}}
+                   .dump());
+    phase_ = Phase::kSave;
+    save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
+  } else {
+    const auto [step, path] = last_checkpoint(ctx_.config.train.out_dir);
+    outcome_.message += fmt::format(
+        "; no surviving replica of layer(s) {}, so the state at step {} is lost; {}", fmt::join(lost, ","),
+        committed_,
+        step < 0 ? fmt::format("there is no checkpoint: start again (steps 0-{} will be redone)",
+                               committed_ - 1)
+                 : fmt::format("the last checkpoint is {} (step {}); resuming from it redoes steps "
+                               "{}-{}",
+                               path, step, step, committed_ - 1));
+    outcome_.checkpoint = step < 0 ? "" : path;
+    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    phase_ = Phase::kDone;
+  }
+  if (on_event) on_event(e);
+}
+
+void Supervisor::poll_save() {
+  if (counter(*store_, keys::num_final(g_)) == static_cast<int64_t>(save_writers_.size())) {
+    if (on_checkpoint) {
+      outcome_.checkpoint =
+          on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_);
+    }
+    phase_ = Phase::kDone;
+    return;
+  }
+  if (clock_.now_ms() > save_deadline_ms_) {
+    outcome_.message += "; the survivors did not write the checkpoint in time";
+    phase_ = Phase::kDone;
+  }
+}
+
+void Supervisor::poll_finish() {
+  const int world = run_.layout.world_size();
+  const double now = clock_.now_ms();
+  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
+    if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
+      if (on_checkpoint) on_checkpoint(*it, world, run_);
+      it = pending_checkpoints_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (pending_checkpoints_.empty() && counter(*store_, keys::num_done(g_)) == world) {
+    // Every replica of every layer must be bitwise identical: parameters and AdamW state.
+    std::map<int, std::pair<int, std::string>> first;  // layer -> (rank, checksums)
+    for (int r = 0; r < world; ++r) {
+      const auto doc = nlohmann::json::parse(get_string(*store_, keys::done(g_, r)));
+      for (auto it = doc.begin(); it != doc.end(); ++it) {
+        const int layer = std::stoi(it.key());
+        const std::string sums = it.value().dump();
+        auto [pos, fresh] = first.emplace(layer, std::make_pair(r, sums));
+        BW_CHECK(fresh || pos->second.second == sums,
+                 "replicas of layer {} diverged: rank {} has {}, rank {} has {}", layer,
+                 pos->second.first, pos->second.second, r, sums);
+        outcome_.parameter_checksums[layer] = it.value().at(0).get<std::string>();
+      }
+    }
+    if (pending_) {
+      Event e;
+      e.kind = "recovered";
+      e.step = committed_;
+      e.nodes = pending_->nodes;
+      e.generation = g_;
+      e.cause = pending_->kind;
+      e.old_plan = pending_->old_plan;
+      e.new_plan = plan_string(run_);
+      e.detect_ms = pending_->detect_ms - pending_->fail_ms;
+      e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
+      e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
+      e.recovery_ms = now - pending_->fail_ms;
+      if (on_event) on_event(e);
+      pending_.reset();
+    }
+    set_string(*store_, keys::abort(g_), "1");
+    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    outcome_.kind = Outcome::kFinished;
+    phase_ = Phase::kDone;
+    return;
+  }
+  if (now > finish_deadline_ms_) {
+    for (int r = 0; r < world; ++r) {
+      if (!exists(*store_, keys::done(g_, r))) {
+        node_lost(run_.workers[r] / ctx_.devices_per_node,
+                  fmt::format("rank {} did not finish within elastic.step_timeout_s", r), 0);
+        break;
+      }
+    }
+  }
+}
+
+bool Supervisor::tick() {
+  if (phase_ == Phase::kDone) return false;
+  detect();
+  switch (phase_) {
+    case Phase::kRun:
+      poll_run();
+      break;
+    case Phase::kQuiesce:
+      poll_quiesce();
+      break;
+    case Phase::kFinish:
+      poll_finish();
+      break;
+    case Phase::kSave:
+      poll_save();
+      break;
+    case Phase::kDone:
+      break;
+  }
+  return phase_ != Phase::kDone;
+}
+
+}  // namespace bw::elastic

@@ -1,0 +1,199 @@
+// The supervisor: the coordinator's state machine over one training run (docs/elastic.md).
+//
+//   RUN(g) --failure--> QUIESCE --all survivors stopped--> REPLAN --> publish g+1 --> RUN(g+1)
+//   RUN(g) --join due--> (commit the step as "last") QUIESCE --> REPLAN (plan::join) --> RUN(g+1)
+//   RUN(g) --last step committed--> FINISH (final shards, checksums) --> DONE
+//   REPLAN --no plan / a layer without replica--> STOP (save what survives) --> DONE
+//
+// Failures and joins are events seen by polling, never exceptions: an agent's exit (Nodes), an
+// agent's exit report in the store, a stale heartbeat of an agent or a worker, a survivor that
+// does not stop in time. A step is committed (decision key) only when every rank of the
+// generation reported it ready; a failure before that replays it in g+1 with the same samples.
+//
+// Everything external goes through interfaces, so tests drive the machine with an in-memory
+// store (c10d::HashStore), a fake clock and fake nodes, one tick() at a time.
+//
+// Thread-safety: one thread calls tick().
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "elastic/inject.h"
+#include "elastic/planning.h"
+#include "runtime/worker.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace bw::elastic {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual double now_ms() = 0;  // wall clock, comparable across processes
+};
+
+class SystemClock final : public Clock {
+ public:
+  double now_ms() override;
+};
+
+// The nodes' agents: started, killed and watched by the coordinator (local processes here).
+class Nodes {
+ public:
+  virtual ~Nodes() = default;
+  virtual void start(int node, int incarnation) = 0;
+  virtual void kill(int node) = 0;  // idempotent; the node's workers die with its agent
+  // Agents that exited since the last call: (node, exit status; 128 + signal when killed).
+  virtual std::vector<std::pair<int, int>> poll() = 0;
+};
+
+struct StepRecord {
+  int step = 0;
+  int generation = 0;
+  int world = 0;  // devices in the plan
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double step_s = 0;  // since the previous commit
+  std::string samples;  // hex FNV-1a of the sorted sample ids the step trained on
+  std::vector<runtime::StepReport> reports;  // one per rank
+};
+
+struct Event {
+  std::string kind;  // node_lost | node_joined | recovered | stopped
+  int step = 0;      // the step in flight (lost, joined) or the first step of the new generation
+  std::vector<int> nodes;
+  int generation = 0;
+  std::string cause;  // how it was detected (node_lost), or the message (stopped)
+  std::string old_plan, new_plan;
+  double detect_ms = 0, quiesce_ms = 0, plan_ms = 0, regroup_ms = 0, transfer_ms = 0,
+         replay_ms = 0, recovery_ms = 0;
+};
+
+struct SupervisorOptions {
+  int steps = 0;       // train.steps
+  int first_step = 0;  // resume position
+  std::string resume;  // checkpoint to load in generation 0
+  double step_timeout_ms = 120000;
+  double heartbeat_timeout_ms = 5000;
+  double rejoin_after_ms = 0;  // 0 = lost nodes stay out
+  double stop_grace_ms = 2000;  // survivors must stop within this after an abort
+  double startup_ms = 120000;   // first heartbeat of a new process (loading LibTorch)
+  double tick_sleep_ms = 3;
+};
+
+// How the run ended.
+struct Outcome {
+  enum Kind { kRunning, kFinished, kStopped, kFailed } kind = kRunning;
+  std::string message;     // kStopped / kFailed
+  bool config_error = false;  // kFailed: a worker's bad input (exit 2) rather than a bug (1)
+  std::string checkpoint;  // kStopped: written from the survivors, if any
+  std::map<int, std::string> parameter_checksums;  // kFinished: per layer
+};
+
+class Supervisor {
+ public:
+  Supervisor(c10::intrusive_ptr<c10d::Store> store, Clock& clock, Nodes& nodes,
+             PlanContext context, RunPlan first, SupervisorOptions options);
+
+  // Publishes generation 0 and starts every node's agent.
+  void start();
+  // One iteration; false once the run has ended (see outcome()).
+  bool tick();
+  const Outcome& outcome() const { return outcome_; }
+
+  const RunPlan& current() const { return run_; }
+  int committed() const { return committed_; }
+
+  std::function<void(const StepRecord&)> on_step;
+  std::function<void(const Event&)> on_event;
+  std::function<void(const RunPlan&)> on_plan;
+  // A checkpoint's shards are all written (step = steps done): merge them.
+  std::function<std::string(int steps_done, int shards, const RunPlan&)> on_checkpoint;
+
+ private:
+  enum class Phase { kRun, kQuiesce, kFinish, kSave, kDone };
+  struct NodeState {
+    int incarnation = 0;
+    bool live = true;
+    bool in_plan = false;
+    double lost_at_ms = 0;
+    bool joining = false;  // started again, waiting for its workers to be up
+  };
+  struct Beat {
+    int64_t count = -1;
+    double since_ms = 0;
+  };
+  struct Recovery {
+    std::vector<int> nodes;
+    std::string kind;  // node_lost | node_joined
+    double fail_ms = 0, detect_ms = 0, quiesced_ms = 0, published_ms = 0;
+    int step = 0;
+    std::string old_plan;
+  };
+
+  void publish(const RunPlan& run, int first_step,
+               const std::vector<std::tuple<int, int, int>>& copies);
+  void detect();
+  void node_lost(int node, const std::string& cause, double fail_ms);
+  void fail_run(int worker, int status);
+  void poll_run();
+  void poll_quiesce();
+  void poll_finish();
+  void poll_save();
+  void replan();
+  void stop(const std::string& why);
+  void begin_quiesce();
+  void maybe_start_joins();
+  std::string plan_string(const RunPlan& run) const;
+  std::vector<int> workers_of(int node) const;
+  std::vector<int> live_workers_in_generation() const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  Clock& clock_;
+  Nodes& nodes_;
+  PlanContext ctx_;
+  RunPlan run_;
+  SupervisorOptions opt_;
+  Outcome outcome_;
+  Phase phase_ = Phase::kRun;
+
+  int g_ = 0;
+  int committed_ = 0;  // steps committed (the next step to commit)
+  int gen_first_step_ = 0;
+  bool gen_committed_any_ = false;
+  double last_commit_ms_ = 0;
+  int64_t exits_seen_ = 0;
+  double last_beat_check_ms_ = 0;
+  std::map<int, NodeState> node_states_;
+  std::map<int, Beat> node_beats_, worker_beats_;
+  std::set<int> failed_;   // nodes lost in the current generation (not yet re-planned)
+  std::set<int> joiners_;  // nodes whose workers are up, waiting for the next step boundary
+  double quiesce_deadline_ms_ = 0;
+  std::optional<Recovery> recovery_;
+  std::optional<Recovery> pending_;  // published, waiting for the first commit of g+1
+  std::set<int> pending_checkpoints_;  // steps done whose shards are being written
+  double finish_deadline_ms_ = 0;
+  std::map<int, std::vector<int>> holdings_;  // worker -> layers, from stopped reports
+  std::vector<int> save_writers_;
+  std::string save_dir_;
+  double save_deadline_ms_ = 0;
+  std::set<int> used_faults_;
+  double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
+  int regroups_ = 0;          // generations re-formed with no failure, since the last commit  // injected faults already matched to a lost node
+};
+
+// FNV-1a 64 of the sorted ids, as 16 hex digits.
+std::string samples_digest(std::vector<int64_t> ids);
+
+}  // namespace bw::elastic

@@ -1,0 +1,170 @@
+#include "runtime/model_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace bw::runtime {
+
+uint64_t fnv1a(const std::vector<torch::Tensor>& tensors, uint64_t h) {
+  for (const auto& t : tensors) {
+    auto c = t.detach().contiguous();
+    const auto* bytes = static_cast<const uint8_t*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed)
+    : train_(train), model_(std::move(model)), seed_(seed) {}
+
+std::vector<int> ModelState::layers() const {
+  std::vector<int> out;
+  for (const auto& [l, layer] : layers_) out.push_back(l);
+  return out;
+}
+
+void ModelState::invalidate() {
+  if (!optimizer_) return;
+  for (auto& [name, s] : optimizer_->get_state()) pending_state_[name] = std::move(s);
+  optimizer_.reset();
+}
+
+void ModelState::add_initial(int layer) {
+  if (holds(layer)) return;
+  BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
+  invalidate();
+  layers_[layer] = model::build_layer(model_, layer, seed_);
+}
+
+void ModelState::drop(int layer) {
+  auto it = layers_.find(layer);
+  if (it == layers_.end()) return;
+  invalidate();
+  for (const auto& [name, p] : it->second->parameter_list()) {
+    pending_state_.erase(checkpoint_tensor_name(layer, name));
+  }
+  layers_.erase(it);
+}
+
+void ModelState::keep_only(const std::vector<int>& keep) {
+  for (int l : layers()) {
+    if (std::find(keep.begin(), keep.end(), l) == keep.end()) drop(l);
+  }
+  for (int l : keep) add_initial(l);
+}
+
+int64_t ModelState::flat_numel(int layer) const {
+  return 3 * model::num_parameters(model_, layer);
+}
+
+Optimizer& ModelState::optimizer() {
+  if (!optimizer_) {
+    NamedTensors params;
+    for (const auto& [l, layer] : layers_) {
+      for (const auto& [name, p] : layer->parameter_list()) {
+        params.emplace_back(checkpoint_tensor_name(l, name), p);
+      }
+    }
+    optimizer_ = std::make_unique<Optimizer>(std::move(params), train_);
+    if (!pending_state_.empty()) optimizer_->set_state(pending_state_);
+    pending_state_.clear();
+  }
+  return *optimizer_;
+}
+
+LayerState ModelState::export_layer(int layer) const {
+  BW_CHECK(holds(layer), "export of layer {}, which this worker does not hold", layer);
+  auto& self = const_cast<ModelState&>(*this);
+  const auto state = self.optimizer().get_state();
+  std::vector<torch::Tensor> params, avg, avg_sq;
+  int64_t step = -1;
+  for (const auto& [name, p] : layers_.at(layer)->parameter_list()) {
+    params.push_back(p.detach().reshape({-1}));
+    auto it = state.find(checkpoint_tensor_name(layer, name));
+    if (it == state.end()) {
+      avg.push_back(torch::zeros({p.numel()}, torch::kFloat32));
+      avg_sq.push_back(torch::zeros({p.numel()}, torch::kFloat32));
+      BW_CHECK(step <= 0, "layer {}: parameter {} has no AdamW state, others do", layer, name);
+      step = 0;
+    } else {
+      avg.push_back(it->second.exp_avg.reshape({-1}));
+      avg_sq.push_back(it->second.exp_avg_sq.reshape({-1}));
+      BW_CHECK(step < 0 || step == it->second.step, "layer {}: AdamW steps differ ({} vs {})",
+               layer, step, it->second.step);
+      step = it->second.step;
+    }
+  }
+  std::vector<torch::Tensor> all = params;
+  all.insert(all.end(), avg.begin(), avg.end());
+  all.insert(all.end(), avg_sq.begin(), avg_sq.end());
+  return {torch::cat(all), std::max<int64_t>(step, 0)};
+}
+
+void ModelState::import_layer(int layer, const LayerState& s) {
+  BW_CHECK(s.flat.numel() == flat_numel(layer), "layer {}: {} values received, {} expected", layer,
+           s.flat.numel(), flat_numel(layer));
+  add_initial(layer);
+  invalidate();
+  torch::NoGradGuard no_grad;
+  const auto& plist = layers_.at(layer)->parameter_list();
+  const int64_t n = model::num_parameters(model_, layer);
+  int64_t offset = 0;
+  for (const auto& [name, p] : plist) {
+    const int64_t k = p.numel();
+    p.copy_(s.flat.narrow(0, offset, k).view_as(p));
+    const auto key = checkpoint_tensor_name(layer, name);
+    if (s.adam_step > 0) {
+      pending_state_[key] =
+          ParamState{s.flat.narrow(0, n + offset, k).view_as(p).clone(),
+                     s.flat.narrow(0, 2 * n + offset, k).view_as(p).clone(), s.adam_step};
+    } else {
+      pending_state_.erase(key);
+    }
+    offset += k;
+  }
+}
+
+NamedTensors ModelState::parameters_of(const std::vector<int>& layers) const {
+  NamedTensors out;
+  for (int l : layers) {
+    BW_CHECK(holds(l), "parameters of layer {}, which this worker does not hold", l);
+    for (const auto& [name, p] : layers_.at(l)->parameter_list()) {
+      out.emplace_back(checkpoint_tensor_name(l, name), p.detach());
+    }
+  }
+  return out;
+}
+
+NamedTensors ModelState::optimizer_state_of(const std::vector<int>& layers) {
+  NamedTensors out;
+  for (auto& [name, t] : optimizer().state_tensors()) {
+    const int layer = std::stoi(name.substr(7));  // "layers.{i}...."
+    if (std::find(layers.begin(), layers.end(), layer) != layers.end()) out.emplace_back(name, t);
+  }
+  return out;
+}
+
+std::map<int, uint64_t> ModelState::parameter_checksums() const {
+  std::map<int, uint64_t> out;
+  for (const auto& [l, layer] : layers_) {
+    std::vector<torch::Tensor> ts;
+    for (const auto& [name, p] : layer->parameter_list()) ts.push_back(p);
+    out[l] = fnv1a(ts);
+  }
+  return out;
+}
+
+std::map<int, uint64_t> ModelState::optimizer_checksums() {
+  std::map<int, uint64_t> out;
+  for (int l : layers()) {
+    const auto s = export_layer(l);
+    const int64_t n = model::num_parameters(model_, l);
+    out[l] = fnv1a({s.flat.narrow(0, n, 2 * n), torch::tensor(s.adam_step, torch::kInt64)});
+  }
+  return out;
+}
+
+}  // namespace bw::runtime

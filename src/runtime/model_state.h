@@ -1,0 +1,86 @@
+// A worker's model state that outlives generations (docs/elastic.md "Model state"): the layers it
+// holds, with their parameters and AdamW state, and how many committed steps have been applied to
+// them. The per-generation parts (transport, executor, gradient sync) are rebuilt from each
+// generation's layout around the same ModelState, so a reconfiguration never touches a surviving
+// layer's bytes.
+//
+// A layer can be exported as one flat float32 tensor [parameters..., exp_avg..., exp_avg_sq...]
+// (parameter order of model::Layer::parameter_list) plus its AdamW step count, imported from that
+// on another worker, and dropped. Import then export is the identity, bit for bit, so a layer
+// received during state transfer is a bitwise replica of its source.
+//
+// Invariants: every held layer has exactly one entry in the optimizer; the optimizer is rebuilt
+// (carrying every held layer's state over by name) whenever the set of layers changes.
+//
+// Thread-safety: none; one thread drives a ModelState.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "model/gpt.h"
+#include "runtime/checkpoint.h"
+#include "runtime/config.h"
+#include "runtime/optimizer.h"
+
+namespace bw::runtime {
+
+struct LayerState {
+  torch::Tensor flat;  // float32 [3 * parameters of the layer]
+  int64_t adam_step = 0;
+};
+
+class ModelState {
+ public:
+  ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed);
+
+  const model::GptConfig& model() const { return model_; }
+  bool holds(int layer) const { return layers_.count(layer) > 0; }
+  std::vector<int> layers() const;
+  const std::map<int, std::shared_ptr<model::Layer>>& layer_map() const { return layers_; }
+
+  // Adds layer `layer` with its initial weights (from the model seed) and no AdamW state; no-op
+  // when held.
+  void add_initial(int layer);
+  void drop(int layer);
+  // Keeps exactly `layers` (adding missing ones with initial weights).
+  void keep_only(const std::vector<int>& layers);
+
+  // Elements of a layer's flat export.
+  int64_t flat_numel(int layer) const;
+  LayerState export_layer(int layer) const;
+  // Replaces (or adds) the layer's parameters and AdamW state. InternalError on a size mismatch.
+  void import_layer(int layer, const LayerState& state);
+
+  Optimizer& optimizer();
+
+  // Steps committed and applied so far (the next step to run).
+  int64_t steps_done = 0;
+
+  // Named parameters and optimizer tensors ("layers.{i}...") of `layers`, for checkpoint shards.
+  NamedTensors parameters_of(const std::vector<int>& layers) const;
+  NamedTensors optimizer_state_of(const std::vector<int>& layers);
+
+  // FNV-1a 64 of each held layer's parameter bytes, and of its AdamW state.
+  std::map<int, uint64_t> parameter_checksums() const;
+  std::map<int, uint64_t> optimizer_checksums();
+
+ private:
+  void invalidate();
+
+  TrainConfig train_;
+  model::GptConfig model_;
+  uint64_t seed_;
+  std::map<int, std::shared_ptr<model::Layer>> layers_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::map<std::string, ParamState> pending_state_;  // state to install at the next rebuild
+};
+
+// FNV-1a 64 over the bytes of `tensors`, in order.
+uint64_t fnv1a(const std::vector<torch::Tensor>& tensors, uint64_t h = 1469598103934665603ULL);
+
+}  // namespace bw::runtime
