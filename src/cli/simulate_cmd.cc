@@ -3,19 +3,23 @@
 // throughput over time. The cluster comes from the analytic GPT-3 model (forecast/model.h), or
 // from a constant step time (--step-ms) to reproduce published comparisons.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/registry.h"
 #include "core/error.h"
+#include "forecast/artifact.h"
 #include "forecast/model.h"
 #include "forecast/planned.h"
 #include "forecast/policies.h"
 #include "forecast/replay.h"
 #include "forecast/report.h"
+#include "forecast/step_table.h"
 #include "forecast/trace.h"
 #include "plan/schedule_aware.h"
 #include "plan/synth.h"
@@ -50,6 +54,11 @@ struct SimulateArgs {
   bool json = false;
   std::string costs_preset;
   bool whole_step_loss = false;
+  std::string step_table;          // per-policy step time by node count (CSV)
+  double samples_per_step = NAN;   // for samples_per_s tables (default: the --costs model's)
+  double startup_ms = NAN;         // cold start (default: 0, or the --costs model's 45 s)
+  bool no_failover_slowdown = false, no_checkpoint_after_restart = false;
+  bool no_align_checkpoints = false;
   // Cost overrides (NaN: keep the default).
   double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
   double replan_horizon_ms = NAN;
@@ -99,12 +108,17 @@ void run_simulate(const SimulateArgs& a) {
   }
 
   PolicyCosts costs;
-  if (a.costs_preset == "oobleck-bert-large") {
-    costs = oobleck_artifact_bert_large();
+  std::optional<ArtifactModel> artifact;
+  if (a.costs_preset.rfind("oobleck-", 0) == 0) {
+    artifact = artifact_model(a.costs_preset.substr(8));
+    costs = artifact->costs;
   } else if (!a.costs_preset.empty() && a.costs_preset != "default") {
-    throw ConfigError(
-        fmt::format("unknown --costs '{}'; choose default or oobleck-bert-large", a.costs_preset));
+    throw ConfigError(fmt::format("unknown --costs '{}'; choose default or oobleck-<model> ({})",
+                                  a.costs_preset, fmt::join(artifact_model_names(), ", ")));
   }
+  if (a.no_failover_slowdown) costs.redundant.failover_slowdown.reset();
+  if (a.no_checkpoint_after_restart) costs.restart.checkpoint_after_restart = false;
+  if (a.no_align_checkpoints) costs.restart.align_checkpoints = false;
   set_if(costs.breakwater.detection_ms, a.detection_ms);
   set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
   set_if(costs.breakwater.regroup_ms, a.regroup_ms);
@@ -122,7 +136,14 @@ void run_simulate(const SimulateArgs& a) {
     throw ConfigError(
         fmt::format("unknown --throughput '{}'; choose planner or analytic", a.throughput));
   }
-  if (a.step_ms > 0) {
+  if (!a.step_table.empty() && a.checkpoint_every == "auto") {
+    throw ConfigError("--checkpoint-every auto needs one step time; give a step count with "
+                      "--step-table");
+  }
+  if (!a.step_table.empty()) {
+    // The table gives each policy its own model (below); this one only fills the report.
+    model = std::make_unique<ConstantModel>(1000, 1);
+  } else if (a.step_ms > 0) {
     model = std::make_unique<ConstantModel>(
         a.step_ms, static_cast<double>(a.microbatches) * a.microbatch_size);
   } else if (a.throughput == "planner") {
@@ -202,10 +223,32 @@ void run_simulate(const SimulateArgs& a) {
   ReplayOptions options;
   options.duration_ms = duration_ms;
   options.whole_step_loss = a.whole_step_loss;
+  options.startup_ms = !std::isnan(a.startup_ms) ? a.startup_ms
+                       : artifact                 ? artifact->startup_ms
+                                                  : 0.0;
+  std::optional<StepTable> table;
+  double table_samples = a.samples_per_step;
+  if (!a.step_table.empty()) {
+    if (std::isnan(table_samples)) {
+      table_samples = artifact ? artifact->samples_per_step
+                               : static_cast<double>(a.microbatches) * a.microbatch_size;
+    }
+    table = read_step_table(a.step_table, table_samples);
+  }
   std::vector<ReplayResult> results;
   for (const auto& name : names) {
     const auto kind = parse_policy(name);
-    if (planner && kind == PolicyKind::kBreakwater) {
+    if (table) {
+      // Each policy trains at its own measured step time for the node count.
+      const auto rows = table->step_ms.find(kind);
+      if (rows == table->step_ms.end()) {
+        throw ConfigError(fmt::format("{} has no rows for policy {}; add `{},nodes,...` rows or "
+                                      "leave it out of --policy",
+                                      a.step_table, name, name));
+      }
+      TableModel tm(rows->second, table_samples, 0, artifact ? artifact->min_nodes : 0);
+      results.push_back(replay(trace, kind, costs, tm, options));
+    } else if (planner && kind == PolicyKind::kBreakwater) {
       // Follows the plan through every failure and join (reconfigure / join per event).
       PlannedBreakwaterPolicy policy(costs, *planner);
       results.push_back(replay(trace, policy, *model, options));
@@ -218,7 +261,8 @@ void run_simulate(const SimulateArgs& a) {
     std::ofstream out(a.svg);
     if (!out) throw ConfigError(fmt::format("cannot open '{}' for writing", a.svg));
     SvgOptions so;
-    so.title = a.step_ms > 0 ? fmt::format("constant step {:g} ms", a.step_ms)
+    so.title = !a.step_table.empty() ? fmt::format("step table {}", a.step_table)
+               : a.step_ms > 0 ? fmt::format("constant step {:g} ms", a.step_ms)
                              : fmt::format("{} on {} nodes x {} devices", a.model, a.nodes,
                                            a.devices_per_node);
     out << render_svg(results, so);
@@ -278,7 +322,24 @@ void add_simulate(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--svg", args->svg, "write throughput over time here");
   cmd->add_flag("--json", args->json, "print JSON instead of tables");
-  cmd->add_option("--costs", args->costs_preset, "default or oobleck-bert-large");
+  cmd->add_option("--costs", args->costs_preset,
+                  "default, or oobleck-<model> (bert-large, gpt2, gpt3-medium, gpt3-2.7b, "
+                  "gpt3-6.7b): Oobleck's artifact costs, 45 s cold start, 12-node minimum");
+  cmd->add_option("--step-table", args->step_table,
+                  "CSV policy,nodes,step_ms (or samples_per_s): each policy's step time by node "
+                  "count (data/oobleck-sosp23/<model>.csv)");
+  cmd->add_option("--samples-per-step", args->samples_per_step,
+                  "samples per step for a samples_per_s table (default: the --costs model's, or "
+                  "microbatches x microbatch size)");
+  cmd->add_option("--startup-ms", args->startup_ms,
+                  "cold start: instances boot this long, then each system starts up (0: train "
+                  "from the first event)");
+  cmd->add_flag("--no-failover-slowdown", args->no_failover_slowdown,
+                "redundant: lose the step in flight at a failover instead of finishing it slowed");
+  cmd->add_flag("--no-checkpoint-after-restart", args->no_checkpoint_after_restart,
+                "restart: no checkpoint after a restart's first step");
+  cmd->add_flag("--no-align-checkpoints", args->no_align_checkpoints,
+                "restart: checkpoint every k steps after each start, not at multiples of k");
   cmd->add_flag("--whole-step-loss", args->whole_step_loss,
                 "a failure wastes the whole step in flight (Oobleck's artifact accounting)");
   cmd->add_option("--detection-ms", args->detection_ms, "breakwater: failure detection (1000)");

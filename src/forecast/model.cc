@@ -28,10 +28,11 @@ std::optional<double> ConstantModel::step_ms(int nodes, Arrangement) {
 }
 
 TableModel::TableModel(std::map<int, double> step_ms_by_nodes, double samples_per_step,
-                       double state_bytes_per_node)
+                       double state_bytes_per_node, int min_nodes)
     : table_(std::move(step_ms_by_nodes)),
       samples_(samples_per_step),
-      state_bytes_(state_bytes_per_node) {
+      state_bytes_(state_bytes_per_node),
+      min_nodes_(min_nodes) {
   if (table_.empty()) throw ConfigError("a table model needs at least one entry");
   for (const auto& [n, ms] : table_) {
     if (n <= 0 || !(ms > 0)) {
@@ -43,8 +44,13 @@ TableModel::TableModel(std::map<int, double> step_ms_by_nodes, double samples_pe
 
 std::optional<double> TableModel::step_ms(int nodes, Arrangement) {
   auto it = table_.upper_bound(nodes);
-  if (it == table_.begin()) return std::nullopt;
-  return std::prev(it)->second;
+  if (it == table_.begin()) {
+    if (min_nodes_ <= 0 || nodes < min_nodes_) return std::nullopt;
+    it = std::next(it);
+  }
+  const double ms = std::prev(it)->second;
+  if (std::isinf(ms)) return std::nullopt;
+  return ms;
 }
 
 GptSpec gpt3_preset(const std::string& name) {

@@ -51,11 +51,14 @@ class ConstantModel final : public ThroughputModel {
 };
 
 // Step time listed per node count; counts between entries take the next lower entry, counts
-// below the smallest entry do not fit. The same table serves both arrangements.
+// below the smallest entry do not fit, unless `min_nodes` is below it: counts in
+// [min_nodes, smallest) then take the smallest entry (Oobleck's artifact trains 12-15 nodes at
+// its 15-node figure). An entry of +infinity means the model does not fit on that many nodes.
+// The same table serves both arrangements.
 class TableModel final : public ThroughputModel {
  public:
   TableModel(std::map<int, double> step_ms_by_nodes, double samples_per_step,
-             double state_bytes_per_node = 0);
+             double state_bytes_per_node = 0, int min_nodes = 0);
   std::optional<double> step_ms(int nodes, Arrangement arrangement) override;
   double samples_per_step() const override { return samples_; }
   double state_bytes_per_node(int) const override { return state_bytes_; }
@@ -64,6 +67,7 @@ class TableModel final : public ThroughputModel {
   std::map<int, double> table_;
   double samples_;
   double state_bytes_;
+  int min_nodes_;
 };
 
 // GPT-3 family (Brown et al. 2020, table 2.1) on a cluster, from first principles: FLOPs per

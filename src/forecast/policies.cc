@@ -48,6 +48,13 @@ PolicyCosts oobleck_artifact_bert_large() {
   return c;
 }
 
+double RestartCosts::restart_for(int nodes_before) const {
+  if (restart_ms_by_nodes.empty()) return restart_ms;
+  auto it = restart_ms_by_nodes.upper_bound(nodes_before);
+  if (it == restart_ms_by_nodes.begin()) return it->second;
+  return std::prev(it)->second;
+}
+
 int young_checkpoint_steps(double checkpoint_ms, double mtbf_ms, double step_ms) {
   if (!(checkpoint_ms > 0) || !(mtbf_ms > 0) || !(step_ms > 0)) {
     throw ConfigError(fmt::format(
@@ -76,6 +83,14 @@ class BreakwaterPolicy final : public Policy {
     const auto step = model_.step_ms(nodes, Arrangement::kTemplates);
     if (!step) return std::nullopt;
     return RunParams{*step, 1.0, 0, 0.0};
+  }
+
+  Reaction on_cold_start(int) override {
+    Reaction r;
+    r.cause = Cause::kReconfigure;
+    r.rollback = Rollback::kNone;
+    r.downtime_ms = costs_.fixed_reconfigure_ms ? *costs_.fixed_reconfigure_ms : costs_.regroup_ms;
+    return r;
   }
 
   Reaction on_change(const Change& change) override {
@@ -116,13 +131,34 @@ class RestartPolicy final : public Policy {
   std::optional<RunParams> run_params(int nodes) override {
     const auto step = model_.step_ms(nodes, Arrangement::kUniform);
     if (!step) return std::nullopt;
-    return RunParams{*step, 1.0, costs_.checkpoint_every_steps, costs_.checkpoint_ms};
+    RunParams p{*step, 1.0, costs_.checkpoint_every_steps, costs_.checkpoint_ms};
+    p.checkpoint_after_first_step = after_restart_;
+    p.align_checkpoints = costs_.align_checkpoints;
+    return p;
+  }
+
+  // The first launch costs the base restart (the artifact sets the by-node-count cost only
+  // once it has run on a node count).
+  Reaction on_cold_start(int) override {
+    Reaction r;
+    r.cause = Cause::kRestart;
+    r.rollback = Rollback::kNone;
+    r.downtime_ms = costs_.checkpoint_after_restart
+                        ? std::max(0.0, costs_.restart_ms - costs_.checkpoint_ms)
+                        : costs_.restart_ms;
+    return r;
+  }
+
+  void on_resumed() override {
+    after_restart_ = costs_.checkpoint_after_restart && restarting_;
+    restarting_ = false;
   }
 
   Reaction on_change(const Change& change) override {
     Reaction r;
     r.cause = Cause::kRestart;
-    r.downtime_ms = costs_.restart_ms;
+    r.downtime_ms = downtime(change.nodes_before);
+    restarting_ = true;
     if (change.kind == EventKind::kRemove) {
       r.rollback = Rollback::kCheckpoint;
     } else {
@@ -134,8 +170,16 @@ class RestartPolicy final : public Policy {
   }
 
  private:
+  // The artifact's restart cost includes the checkpoint that follows the first step.
+  double downtime(int nodes) const {
+    const double cost = costs_.restart_for(nodes);
+    return costs_.checkpoint_after_restart ? std::max(0.0, cost - costs_.checkpoint_ms) : cost;
+  }
+
   RestartCosts costs_;
   ThroughputModel& model_;
+  bool restarting_ = false;
+  bool after_restart_ = false;
 };
 
 class RedundantPolicy final : public Policy {
@@ -146,13 +190,26 @@ class RedundantPolicy final : public Policy {
       throw ConfigError(
           fmt::format("--useful-share must be in (0, 1] (got {})", costs_.useful_share));
     }
+    if (costs_.failover_slowdown && !(*costs_.failover_slowdown >= 1)) {
+      throw ConfigError(fmt::format("--failover-slowdown must be >= 1 (got {})",
+                                    *costs_.failover_slowdown));
+    }
   }
   PolicyKind kind() const override { return PolicyKind::kRedundant; }
 
   std::optional<RunParams> run_params(int nodes) override {
     const auto step = model_.step_ms(nodes, Arrangement::kUniform);
     if (!step) return std::nullopt;
-    return RunParams{*step / costs_.useful_share, costs_.useful_share, 0, 0.0};
+    const double wall = costs_.step_includes_redundancy ? *step : *step / costs_.useful_share;
+    return RunParams{wall, costs_.useful_share, 0, 0.0};
+  }
+
+  Reaction on_cold_start(int) override {
+    Reaction r;
+    r.cause = Cause::kRestart;
+    r.rollback = Rollback::kNone;
+    r.downtime_ms = costs_.restart_ms;
+    return r;
   }
 
   void on_start(const std::vector<std::string>& nodes) override {
@@ -188,6 +245,11 @@ class RedundantPolicy final : public Policy {
     } else {
       r.cause = Cause::kRebalance;
       r.downtime_ms = costs_.rebalance_ms;
+      if (costs_.failover_slowdown && change.running) {
+        r.rollback = Rollback::kNone;
+        r.at_step_boundary = true;
+        r.slowdown = *costs_.failover_slowdown;
+      }
     }
     return r;
   }

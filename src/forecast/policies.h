@@ -19,6 +19,7 @@
 // (replay.h) alone owns the timeline and its accounting.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,18 @@ struct RestartCosts {
   // Varuna's restart after a membership change (rendezvous, process start, checkpoint load):
   // 76 s for BERT-large in Oobleck's SOSP'23 artifact (tools/simulator, varuna_simulator.py).
   double restart_ms = 76e3;
+  // Restart cost by the node count the cluster ran on before the change (the artifact's
+  // BERT-large Varuna: 49.1-112 s for 15-30 nodes); counts between rows take the next lower
+  // row, counts below the first the first. Empty: restart_ms for every count.
+  std::map<int, double> restart_ms_by_nodes;
+  // Varuna's artifact behaviour: a checkpoint right after the first step that follows a restart,
+  // and the restart's downtime is its cost minus one checkpoint (the cost includes it).
+  bool checkpoint_after_restart = false;
+  // Checkpoints when the count of steps completed since the start (rolled-back ones included)
+  // reaches a multiple of checkpoint_every_steps, as the artifact counts them, instead of every
+  // checkpoint_every_steps steps after each (re)start.
+  bool align_checkpoints = false;
+  double restart_for(int nodes_before) const;
   // Checkpoint cost and cadence from the same artifact: 15.8 s every 10 steps.
   double checkpoint_ms = 15.8e3;
   int checkpoint_every_steps = 10;
@@ -71,6 +84,13 @@ struct RedundantCosts {
   // Useful share of a step: 0.1971 at one failure every 10 minutes in Oobleck's artifact (the
   // rest of each step is redundant computation).
   double useful_share = 0.1971;
+  // The model's step time is Bamboo's measured step, redundant work included (the artifact's
+  // throughput tables), rather than the non-redundant step it slows by 1 / useful_share.
+  bool step_includes_redundancy = false;
+  // Set: after an isolated failure the step in flight is not lost; its remaining part runs this
+  // many times slower on the neighbour's copy (the artifact: 1.5) and the rebalance follows the
+  // step. Unset: the step in flight is lost and the rebalance starts at once.
+  std::optional<double> failover_slowdown;
 };
 
 struct PolicyCosts {
@@ -97,6 +117,8 @@ struct RunParams {
   double useful_share = 1;         // fraction of a step that is useful work
   int checkpoint_every_steps = 0;  // 0: no periodic checkpoints
   double checkpoint_ms = 0;
+  bool checkpoint_after_first_step = false;  // RestartCosts::checkpoint_after_restart
+  bool align_checkpoints = false;            // RestartCosts::align_checkpoints
 };
 
 enum class Rollback { kNone, kStep, kCheckpoint };
@@ -118,6 +140,9 @@ struct Reaction {
   Rollback rollback = Rollback::kStep;
   bool at_step_boundary = false;  // applied at the end of the in-flight step, losing nothing
   bool no_op = false;             // nothing changes for training (e.g. a node kept as a spare)
+  // With at_step_boundary: the rest of the in-flight step runs this many times slower (the
+  // extra time counts as downtime of `cause`).
+  double slowdown = 1;
 };
 
 class Policy {
@@ -132,6 +157,15 @@ class Policy {
   virtual void on_resumed() {}
   // The initial membership, in trace order (before any on_change).
   virtual void on_start(const std::vector<std::string>& nodes) { (void)nodes; }
+  // The system's own start-up on `nodes` nodes, after the instances booted, for a cold start
+  // (ReplayOptions::startup_ms): Oobleck's first rendezvous, Varuna's first launch, Bamboo's
+  // global rendezvous. No rollback; the replay accounts it as downtime of its cause.
+  virtual Reaction on_cold_start(int nodes) {
+    (void)nodes;
+    Reaction r;
+    r.no_op = true;
+    return r;
+  }
 };
 
 std::unique_ptr<Policy> make_policy(PolicyKind kind, const PolicyCosts& costs,

@@ -35,17 +35,15 @@ struct RunPosition {
 // a boundary onto it so a change scheduled for a boundary lands exactly there.
 double snap_floor(double v) { return std::floor(v + 1e-9); }
 
-RunPosition locate(const RunParams& p, double x) {
+RunPosition locate_cycles(double T, int k, double C, double x) {
   RunPosition pos;
-  const double T = p.step_ms;
-  const int k = p.checkpoint_every_steps;
   if (k > 0) {
-    const double cycle = k * T + p.checkpoint_ms;
+    const double cycle = k * T + C;
     const double c = snap_floor(x / cycle);
     const double r = std::max(0.0, x - c * cycle);
     pos.covered_steps = c * k;
     pos.any_checkpoint = c >= 1;
-    pos.checkpoint_done_ms = c * p.checkpoint_ms;
+    pos.checkpoint_done_ms = c * C;
     const double s = snap_floor(r / T);
     if (s < k) {
       pos.steps = c * k + s;
@@ -58,6 +56,39 @@ RunPosition locate(const RunParams& p, double x) {
     pos.steps = snap_floor(x / T);
     pos.step_elapsed_ms = std::max(0.0, x - pos.steps * T);
   }
+  return pos;
+}
+
+// `lead`: the lengths (in steps) of the first checkpoint cycles of the run when they differ from
+// k (a checkpoint right after a restart's first step; cycles aligned to the total step count).
+RunPosition locate(const RunParams& p, const std::vector<int>& lead, double x) {
+  const double T = p.step_ms;
+  const double C = p.checkpoint_ms;
+  RunPosition done;  // the lead cycles already completed
+  for (const int s : lead) {
+    const double cycle = s * T + C;
+    if (snap_floor(x / cycle) < 1) {
+      RunPosition pos = locate_cycles(T, s, C, x);
+      pos.steps = std::min(pos.steps, static_cast<double>(s));
+      pos.covered_steps = 0;
+      pos.any_checkpoint = done.any_checkpoint;
+      pos.checkpoint_done_ms = 0;
+      pos.steps += done.steps;
+      pos.covered_steps = done.covered_steps;
+      pos.checkpoint_done_ms = done.checkpoint_done_ms;
+      return pos;
+    }
+    x = std::max(0.0, x - cycle);
+    done.steps += s;
+    done.covered_steps += s;
+    done.any_checkpoint = true;
+    done.checkpoint_done_ms += C;
+  }
+  RunPosition pos = locate_cycles(T, p.checkpoint_every_steps, C, x);
+  pos.steps += done.steps;
+  pos.covered_steps += done.covered_steps;
+  pos.any_checkpoint = pos.any_checkpoint || done.any_checkpoint;
+  pos.checkpoint_done_ms += done.checkpoint_done_ms;
   return pos;
 }
 
@@ -95,7 +126,14 @@ class Engine {
       result_.time.stalled_ms += t0;
       segment(0, t0, 0.0);
     }
-    resume(t0);
+    if (options_.startup_ms > 0) {
+      // Cold start: the instances boot, then the system starts up on them.
+      Reaction r = nodes() > 0 ? policy_.on_cold_start(nodes()) : Reaction{};
+      if (r.no_op) r.downtime_ms = 0;
+      start_recovery(t0, 0.0, r, options_.startup_ms);
+    } else {
+      resume(t0);
+    }
     while (true) {
       const double te = i < ev.size() ? ev[i].time_ms : kInf;
       const double ti = internal_time();
@@ -165,6 +203,16 @@ class Engine {
       mode_ = Mode::kRunning;
       run_ = *p;
       run_nodes_ = nodes();
+      lead_.clear();
+      const int k = run_.checkpoint_every_steps;
+      if (k > 0) {
+        auto g = static_cast<long long>(std::llround(std::floor(steps_all_ + 1e-9)));
+        if (run_.checkpoint_after_first_step) {
+          lead_.push_back(1);
+          ++g;
+        }
+        if (run_.align_checkpoints && g % k != 0) lead_.push_back(static_cast<int>(k - g % k));
+      }
     } else {
       mode_ = Mode::kStalled;
     }
@@ -180,6 +228,7 @@ class Engine {
     result_.time.redundant_ms += redundant;
     result_.samples += samples;
     result_.steps += steps;
+    steps_all_ += steps;
     carry_.useful_ms += useful;
     carry_.redundant_ms += redundant;
     carry_.samples += samples;
@@ -188,7 +237,7 @@ class Engine {
 
   // Ends the running span at t with `rollback`; returns the elapsed part of the in-flight step.
   double end_run(double t, Rollback rollback) {
-    const auto pos = locate(run_, t - mode_start_);
+    const auto pos = locate(run_, lead_, t - mode_start_);
     const double T = run_.step_ms;
     segment(mode_start_, t, model_.samples_per_step() / T * 1e3, run_nodes_);
     result_.time.checkpoint_ms += pos.checkpoint_done_ms + pos.checkpoint_elapsed_ms;
@@ -215,7 +264,7 @@ class Engine {
 
   // The next step (or checkpoint) boundary at or after t while running.
   double next_boundary(double t) const {
-    const auto pos = locate(run_, t - mode_start_);
+    const auto pos = locate(run_, lead_, t - mode_start_);
     if (pos.checkpoint_elapsed_ms > 0) return t + (run_.checkpoint_ms - pos.checkpoint_elapsed_ms);
     if (pos.step_elapsed_ms == 0) return t;
     return t + (run_.step_ms - pos.step_elapsed_ms);
@@ -235,10 +284,11 @@ class Engine {
     }
   }
 
-  void start_recovery(double t, double tail_ms, const Reaction& r) {
+  void start_recovery(double t, double tail_ms, const Reaction& r, double boot_ms = 0) {
     mode_ = Mode::kRecovering;
     mode_start_ = t;
-    tail_end_ = t + tail_ms;
+    boot_end_ = t + boot_ms;
+    tail_end_ = boot_end_ + tail_ms;
     ckpt_end_ = tail_end_ + r.checkpoint_ms;
     rec_end_ = ckpt_end_ + r.downtime_ms;
     cause_ = r.cause;
@@ -250,7 +300,8 @@ class Engine {
     auto clip = [&](double a, double b) {
       return std::max(0.0, std::min(b, t) - std::max(a, mode_start_));
     };
-    result_.time.lost_ms += clip(mode_start_, tail_end_);
+    result_.time.stalled_ms += clip(mode_start_, boot_end_);
+    result_.time.lost_ms += clip(boot_end_, tail_end_);
     result_.time.checkpoint_ms += clip(tail_end_, ckpt_end_);
     const double down = clip(ckpt_end_, rec_end_);
     switch (cause_) {
@@ -326,10 +377,16 @@ class Engine {
     switch (mode_) {
       case Mode::kRunning: {
         if (r.at_step_boundary && r.rollback == Rollback::kNone) {
+          Reaction slowed = r;
+          if (r.slowdown > 1) {
+            // The rest of the step runs slower; the replay ends the step at its nominal boundary
+            // and counts the extra time as downtime of the reaction's cause.
+            slowed.downtime_ms += (next_boundary(t) - t) * (r.slowdown - 1);
+          }
           if (pending_) {
-            *pending_ = merge(*pending_, r);
+            *pending_ = merge(*pending_, slowed);
           } else {
-            pending_ = r;
+            pending_ = slowed;
             pending_time_ = next_boundary(t);
             count(r);
           }
@@ -416,6 +473,9 @@ class Engine {
   Cause cause_ = Cause::kReconfigure;
   bool ckpt_resets_carry_ = false;
   Carry carry_;
+  std::vector<int> lead_;  // first checkpoint cycles of the current run (see locate)
+  double steps_all_ = 0;   // steps completed since the start, rolled-back ones included
+  double boot_end_ = 0;    // end of the instances' boot in a cold start (stalled time)
 };
 
 }  // namespace

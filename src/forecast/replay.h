@@ -51,6 +51,10 @@ struct Segment {
 struct ReplayOptions {
   double duration_ms = 0;        // replay [0, duration); 0: up to the trace's last event
   bool whole_step_loss = false;  // Oobleck's artifact accounting (see PolicyCosts)
+  // Cold start: the instances boot for this long (stalled; the artifact: 45 s), then the
+  // policy's own start-up (Policy::on_cold_start) before the first step. 0: training starts at
+  // the trace's first timestamp at no cost.
+  double startup_ms = 0;
   bool record_timeline = true;
 };
 
