@@ -247,7 +247,10 @@ void run(const ScheduleArgs& a) {
                              ? compute_only
                              : schedule::lower(compute_only, {.recv_lookahead = a.recv_lookahead});
   schedule::validate(s, {.semantics = semantics});
-  const sim::SimResult r = sim::simulate(s, costs_for(a, s, layers));
+  // The per-action timeline costs more than the simulation itself at large sizes: keep it only
+  // for the outputs that draw it.
+  const bool timeline = !a.trace.empty() || !a.svg.empty() || a.ascii;
+  const sim::SimResult r = sim::simulate(s, costs_for(a, s, layers), {.timeline = timeline});
 
   if (!a.csv.empty())
     schedule::write_csv_file(a.csv, a.csv_compute_only ? schedule::strip_comm(s) : s);
