@@ -13,11 +13,13 @@ commands=(
   "plan --profile examples/gpt3-6.7b-a100.json --nodes 16 --devices-per-node 8 --fault-tolerance 2 --microbatches 128|100"
   "plan --profile examples/gpt3-6.7b-a100.json --nodes 64 --devices-per-node 8 --fault-tolerance 2 --microbatches 512|100"
 )
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
 median_ms() {  # median CPU ms of `$@` over $runs runs
   local times=()
   for ((i = 0; i < runs; i++)); do
-    times+=("$( { /usr/bin/time -f '%U %S' "$@" > /dev/null 2> /dev/null; } 2>&1 | tail -1 |
-                awk '{printf "%.0f", ($1 + $2) * 1000}')")
+    /usr/bin/time -o "$tmp" -f '%U %S' "$@" > /dev/null 2>&1
+    times+=("$(awk '{printf "%.0f", ($1 + $2) * 1000}' "$tmp")")
   done
   printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
 }
