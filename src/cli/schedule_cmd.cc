@@ -13,6 +13,7 @@
 
 #include "cli/registry.h"
 #include "core/json.h"
+#include "schedule/fsdp.h"
 #include "schedule/generate.h"
 #include "sim/render.h"
 #include "sim/timeline.h"
@@ -46,6 +47,10 @@ struct ScheduleArgs {
   bool json = false;
   std::string semantics = "async";
   int recv_lookahead = 1;
+  bool fsdp = false;
+  double unshard_ms = 0;
+  double reduce_grad_ms = 0;
+  double overlap_f_b = 0;
 };
 
 // Per-layer costs from a profile JSON (plan/profile.h's format: a "layers" array with
@@ -121,6 +126,18 @@ sim::CostModel costs_for(const ScheduleArgs& a, const schedule::Schedule& s,
                            .activation_bytes = a.activation_bytes,
                            .output_bytes = a.output_bytes},
                           link);
+}
+
+// costs_for() plus the chunk-action and overlap flags.
+sim::CostModel all_costs(const ScheduleArgs& a, const schedule::Schedule& s,
+                         const std::vector<sim::LayerCost>& layers) {
+  sim::CostModel costs = costs_for(a, s, layers);
+  for (auto& c : costs.chunks) {
+    c.unshard_ms = a.unshard_ms;
+    c.reduce_grad_ms = a.reduce_grad_ms;
+  }
+  costs.overlap_f_b = a.overlap_f_b;
+  return costs;
 }
 
 std::string human_bytes(double b) {
@@ -243,11 +260,15 @@ void run(const ScheduleArgs& a) {
   } else {
     compute_only = schedule::generate(spec_of(a, a.kind));
   }
+  if (a.fsdp) compute_only = schedule::add_fsdp_actions(compute_only);
   schedule::Schedule s = compute_only.is_lowered()
                              ? compute_only
                              : schedule::lower(compute_only, {.recv_lookahead = a.recv_lookahead});
   schedule::validate(s, {.semantics = semantics});
-  const sim::SimResult r = sim::simulate(s, costs_for(a, s, layers));
+  // The per-action timeline costs more than the simulation itself at large sizes: keep it only
+  // for the outputs that draw it.
+  const bool timeline = !a.trace.empty() || !a.svg.empty() || a.ascii;
+  const sim::SimResult r = sim::simulate(s, all_costs(a, s, layers), {.timeline = timeline});
 
   if (!a.csv.empty())
     schedule::write_csv_file(a.csv, a.csv_compute_only ? schedule::strip_comm(s) : s);
@@ -307,9 +328,10 @@ void add(CLI::App& app) {
   cmd->add_option("--from-csv", args->from_csv,
                   "Load a custom schedule (PyTorch pipelining CSV) instead of generating one")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--csv", args->csv, "Write the lowered schedule as CSV");
+  cmd->add_option("--csv", args->csv,
+                  "Write the lowered schedule as CSV (PyTorch's compute_comms format)");
   cmd->add_flag("--compute-only", args->csv_compute_only,
-                "With --csv: write only the compute actions");
+                "With --csv: write only the compute actions (PyTorch's compute_only format)");
   cmd->add_option("--trace", args->trace, "Write a Chrome trace (open in Perfetto)");
   cmd->add_option("--svg", args->svg, "Write an SVG timeline");
   cmd->add_flag("--ascii", args->ascii, "Print an ASCII timeline");
@@ -322,6 +344,21 @@ void add(CLI::App& app) {
   cmd->add_option("--recv-lookahead", args->recv_lookahead,
                   "Post each receive this many compute actions ahead")
       ->capture_default_str();
+  cmd->add_flag("--fsdp", args->fsdp,
+                "Add PyTorch's FSDP actions (UNSHARD/RESHARD, 3 chunks unsharded per device) and "
+                "REDUCE_GRAD after each chunk's last backward, so --csv writes what PyTorch's "
+                "runtime dumps (compute_comms)");
+  cmd->add_option("--unshard-ms", args->unshard_ms,
+                  "Time of one UNSHARD all-gather (in the background; the chunk's compute waits)")
+      ->capture_default_str();
+  cmd->add_option("--reduce-grad-ms", args->reduce_grad_ms,
+                  "Time one REDUCE_GRAD holds its device")
+      ->capture_default_str();
+  cmd->add_option("--overlap-f-b", args->overlap_f_b,
+                  "Share of the shorter action an OVERLAP_F_B pair hides: 0 = the pair takes "
+                  "F + B, 1 = max(F, B)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([args] { run(*args); });
 }
 

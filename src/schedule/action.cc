@@ -6,8 +6,9 @@
 namespace bw::schedule {
 
 namespace {
-constexpr std::array<std::string_view, 8> kNames = {"F",      "B",      "I",      "W",
-                                                    "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+constexpr std::array<std::string_view, 12> kNames = {
+    "F",      "B",      "I",       "W",       "SEND_F",      "RECV_F",
+    "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD", "OVERLAP_F_B"};
 
 std::optional<int> parse_int(std::string_view s) {
   if (s.empty()) return std::nullopt;
@@ -23,7 +24,10 @@ bool is_compute(ActionKind kind) {
          kind == ActionKind::W;
 }
 
-bool is_comm(ActionKind kind) { return !is_compute(kind); }
+bool is_comm(ActionKind kind) {
+  return kind == ActionKind::SEND_F || kind == ActionKind::RECV_F || kind == ActionKind::SEND_B ||
+         kind == ActionKind::RECV_B;
+}
 
 std::string_view kind_name(ActionKind kind) { return kNames[static_cast<int>(kind)]; }
 
@@ -34,6 +38,8 @@ std::optional<ActionKind> parse_kind(std::string_view name) {
 }
 
 std::string to_string(const Action& a) {
+  if (a.kind == ActionKind::OVERLAP_F_B) return std::string(kind_name(a.kind));
+  if (is_chunk_action(a.kind)) return std::to_string(a.chunk) + std::string(kind_name(a.kind));
   return std::to_string(a.chunk) + std::string(kind_name(a.kind)) + std::to_string(a.microbatch);
 }
 
@@ -45,7 +51,11 @@ std::optional<Action> parse_action(std::string_view text) {
   auto chunk = parse_int(text.substr(0, i));
   auto mb = parse_int(text.substr(j));
   auto kind = parse_kind(text.substr(i, j - i));
-  if (!chunk || !mb || !kind) return std::nullopt;
+  if (chunk && kind && is_chunk_action(*kind)) {  // `3UNSHARD`: no microbatch after the kind
+    if (j != text.size()) return std::nullopt;
+    return Action{*kind, *chunk, -1};
+  }
+  if (!chunk || !mb || !kind || !has_slot(*kind)) return std::nullopt;
   return Action{*kind, *chunk, *mb};
 }
 

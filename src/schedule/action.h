@@ -7,6 +7,14 @@
 // (SEND_B/RECV_B). For SEND_F the chunk is the producer; for RECV_F the chunk is the consumer
 // (the chunk whose forward needs the tensor). Likewise SEND_B names the chunk whose backward
 // produced the gradient and RECV_B the chunk whose backward consumes it.
+//
+// The rest of PyTorch's `compute_comms` format (docs/schedules.md "The full CSV format"):
+//  - chunk actions, with no microbatch (`microbatch` is -1, text `3UNSHARD`): UNSHARD (all-gather
+//    an FSDP-sharded chunk's parameters), RESHARD (free them again), REDUCE_GRAD (reduce the
+//    chunk's gradients across data-parallel replicas, after its last backward);
+//  - OVERLAP_F_B, a marker with chunk and microbatch -1: the two compute actions after it form one
+//    overlapped pair (PyTorch's cell `(a;b)OVERLAP_F_B`), which the simulator runs at once.
+#pragma once
 #pragma once
 
 #include <compare>
@@ -16,7 +24,11 @@
 
 namespace bw::schedule {
 
-enum class ActionKind { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B };
+enum class ActionKind { F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD,
+                        OVERLAP_F_B };
+
+// Kinds below this one name a (chunk, microbatch); per-slot tables are indexed by them.
+inline constexpr int kNumSlotKinds = 8;
 
 struct Action {
   ActionKind kind = ActionKind::F;
@@ -26,13 +38,21 @@ struct Action {
   auto operator<=>(const Action&) const = default;
 };
 
-bool is_compute(ActionKind kind);
-bool is_comm(ActionKind kind);
+bool is_compute(ActionKind kind);  // F, B, I, W
+bool is_comm(ActionKind kind);     // SEND_F, RECV_F, SEND_B, RECV_B
+// UNSHARD, RESHARD, REDUCE_GRAD: one per chunk, no microbatch.
+inline bool is_chunk_action(ActionKind kind) {
+  return kind == ActionKind::UNSHARD || kind == ActionKind::RESHARD ||
+         kind == ActionKind::REDUCE_GRAD;
+}
+// Names a (chunk, microbatch): compute and SEND/RECV.
+inline bool has_slot(ActionKind kind) { return static_cast<int>(kind) < kNumSlotKinds; }
 std::string_view kind_name(ActionKind kind);  // "F", "SEND_B", ...
 std::optional<ActionKind> parse_kind(std::string_view name);
 
-std::string to_string(const Action& a);  // "3F1"
-// Parses "3F1"; nullopt when the text is not an action.
+std::string to_string(const Action& a);  // "3F1", "3UNSHARD", "OVERLAP_F_B" (the marker alone)
+// Parses "3F1" or "3UNSHARD"; nullopt when the text is not an action (also "3UNSHARD1": chunk
+// actions take no microbatch). Pairs are cells of the CSV format (csv.h), not actions.
 std::optional<Action> parse_action(std::string_view text);
 
 }  // namespace bw::schedule

@@ -37,6 +37,7 @@ void parse_cell(std::string_view cell, const CsvOptions& o, int line, int col,
     if (trim(cell.substr(close + 1)) != "OVERLAP_F_B")
       bad_cell(o, line, col, cell, "only (a;b)OVERLAP_F_B groups are understood");
     std::string_view inner = cell.substr(1, close - 1);
+    std::vector<Action> parts;
     size_t start = 0;
     while (start <= inner.size()) {
       auto end = inner.find(';', start);
@@ -45,10 +46,18 @@ void parse_cell(std::string_view cell, const CsvOptions& o, int line, int col,
       if (!part.empty()) {
         auto a = parse_action(part);
         if (!a) bad_cell(o, line, col, part, "inside an OVERLAP_F_B group");
-        out.push_back(*a);
+        if (!is_compute(a->kind))
+          bad_cell(o, line, col, cell, "an OVERLAP_F_B group holds compute actions only");
+        parts.push_back(*a);
       }
       start = end + 1;
     }
+    if (parts.size() != 2)
+      bad_cell(o, line, col, cell,
+               fmt::format("an OVERLAP_F_B group pairs two compute actions, this one has {}",
+                           parts.size()));
+    out.push_back({ActionKind::OVERLAP_F_B, -1, -1});
+    out.insert(out.end(), parts.begin(), parts.end());
     return;
   }
   auto a = parse_action(cell);
@@ -56,8 +65,14 @@ void parse_cell(std::string_view cell, const CsvOptions& o, int line, int col,
     std::string why = "unknown kind or missing number";
     size_t i = 0;
     while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
+    size_t j = cell.size();
+    while (j > i && std::isdigit(static_cast<unsigned char>(cell[j - 1]))) --j;
+    const auto kind = parse_kind(cell.substr(i, j - i));
     if (i == 0)
       why = "it does not start with a chunk number";
+    else if (kind && is_chunk_action(*kind))
+      why = fmt::format("{} names a chunk only, without a microbatch: {}{}", kind_name(*kind),
+                        cell.substr(0, i), kind_name(*kind));
     else if (!std::isdigit(static_cast<unsigned char>(cell.back())))
       why = "it does not end with a microbatch number";
     bad_cell(o, line, col, cell, why);
@@ -110,7 +125,7 @@ Schedule read_csv(std::istream& in, const CsvOptions& options) {
   int max_chunk = -1, max_mb = -1;
   for (const auto& row : rows)
     for (const auto& a : row) {
-      max_chunk = std::max(max_chunk, a.chunk);
+      max_chunk = std::max(max_chunk, a.chunk);  // -1 for an OVERLAP_F_B marker
       max_mb = std::max(max_mb, a.microbatch);
     }
   if (options.chunk_device) {
@@ -159,7 +174,12 @@ void write_csv(std::ostream& out, const Schedule& s) {
   for (const auto& list : s.actions) {
     for (size_t k = 0; k < list.size(); ++k) {
       if (k) out << ',';
-      out << to_string(list[k]);
+      if (list[k].kind == ActionKind::OVERLAP_F_B && k + 2 < list.size()) {
+        out << '(' << to_string(list[k + 1]) << ';' << to_string(list[k + 2]) << ")OVERLAP_F_B";
+        k += 2;
+      } else {
+        out << to_string(list[k]);
+      }
     }
     out << '\n';
   }

@@ -1,8 +1,11 @@
 // Schedules as CSV text, in PyTorch pipelining's format (`_dump_csv` / `_load_csv`).
 //
-// One row per device, comma-separated actions `<chunk><KIND><microbatch>` (`3F1`, `5SEND_B2`);
-// an empty cell is an idle slot and is dropped on reading. A PyTorch `(a;b)OVERLAP_F_B` cell is
-// read as its two actions in order. The file carries no placement: pass it, or let the reader infer
+// One row per device, comma-separated actions `<chunk><KIND><microbatch>` (`3F1`, `5SEND_B2`),
+// chunk actions `<chunk><KIND>` (`3UNSHARD`, `3RESHARD`, `3REDUCE_GRAD`) and overlapped pairs
+// `(a;b)OVERLAP_F_B` (read as the OVERLAP_F_B marker followed by a and b, action.h; written back
+// as one cell); an empty cell is an idle slot and is dropped on reading. Both of PyTorch's
+// formats read as they are: `compute_only` (what `_dump_csv` of a schedule class writes) and
+// `compute_comms` (what `_PipelineScheduleRuntime._dump_csv` writes by default). The file carries no placement: pass it, or let the reader infer
 // it from which device runs each chunk's compute actions (which is ambiguous only for a chunk that
 // never runs, an error). Malformed input is a ConfigError naming line and column.
 #pragma once

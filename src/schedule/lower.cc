@@ -55,7 +55,7 @@ class ReceivePoster {
   void run() {
     const int P = s_.num_devices;
     const size_t n = static_cast<size_t>(s_.num_microbatches) * C_;
-    std::array<int8_t, 8> not_yet;
+    std::array<int8_t, kNumSlotKinds> not_yet;
     not_yet.fill(kNotYet);
     done_.assign(n, not_yet);
     next_.assign(P, 0);
@@ -157,6 +157,10 @@ class ReceivePoster {
   void advance(int d) {
     while (!done(d)) {
       const Action a = head(d);
+      if (!has_slot(a.kind)) {  // chunk actions and pair markers need nothing here
+        ++next_[d];
+        continue;
+      }
       if (auto wait = blocker(a, d)) {
         wait_for(*wait);
         if (wait->kind == ActionKind::I)  // a full backward satisfies it too
@@ -181,7 +185,20 @@ class ReceivePoster {
       auto& list = s_.actions[peer];
       auto it = std::find(list.begin() + next_[peer], list.end(), *want);
       if (it == list.end()) continue;  // missing, or behind: validate() will say
-      std::rotate(list.begin() + next_[peer], it, it + 1);
+      // Never inside an overlapped pair: if the peer stands in one, post before its marker (it
+      // has run the marker and maybe the first compute; the receive then counts as posted).
+      int at = next_[peer];
+      while (at > 0 && at > next_[peer] - 2 &&
+             (list[at - 1].kind == ActionKind::OVERLAP_F_B ||
+              (at >= 2 && list[at - 2].kind == ActionKind::OVERLAP_F_B)))
+        --at;
+      std::rotate(list.begin() + at, it, it + 1);
+      if (at < next_[peer]) {
+        int8_t& slot = done_[key(*want)][static_cast<int>(want->kind)];
+        if (slot == kWaited) work_.push_back(consumer(*want));
+        slot = kHappened;
+        ++next_[peer];
+      }
       work_.push_back(peer);
       moved = true;
     }
@@ -194,7 +211,7 @@ class ReceivePoster {
  private:
   Schedule& s_;
   int C_;
-  std::vector<std::array<int8_t, 8>> done_;  // per (chunk, microbatch), by ActionKind
+  std::vector<std::array<int8_t, kNumSlotKinds>> done_;  // per (chunk, microbatch), by ActionKind
   std::vector<int> next_;
   std::vector<int> work_;
 };
@@ -223,27 +240,51 @@ Schedule lower(const Schedule& compute_only, const LowerOptions& options) {
   out.chunk_stage = compute_only.chunk_stage;
   out.actions.resize(compute_only.actions.size());
   const int L = options.recv_lookahead;
+  // A unit is what the device runs as one: a compute action, or an OVERLAP_F_B marker with its
+  // pair. The RECVs of unit u are posted before unit max(0, u - L); the SENDs of a unit follow
+  // its end (for a pair, after both, as PyTorch places them). Chunk actions (UNSHARD, ...) stay
+  // where they are.
+  struct Unit {
+    int begin, end;  // positions [begin, end) in the input list
+  };
+  std::vector<Unit> units;
   std::vector<Action> recvs;
-  std::vector<char> has_recv;
   for (int d = 0; d < compute_only.num_devices; ++d) {
     const auto& in = compute_only.actions[d];
     const int n = static_cast<int>(in.size());
-    recvs.resize(n);
-    has_recv.assign(n, 0);
-    for (int k = 0; k < n; ++k)
-      if (auto r = recv_for(compute_only, d, in[k])) {
-        recvs[k] = *r;
-        has_recv[k] = 1;
+    units.clear();
+    for (int k = 0; k < n; ++k) {
+      if (in[k].kind == ActionKind::OVERLAP_F_B) {
+        if (k + 2 >= n || !is_compute(in[k + 1].kind) || !is_compute(in[k + 2].kind))
+          throw ConfigError(fmt::format(
+              "device {} position {}: OVERLAP_F_B must be followed by its two compute actions", d,
+              k));
+        units.push_back({k, k + 3});
+        k += 2;
+      } else if (is_compute(in[k].kind)) {
+        units.push_back({k, k + 1});
       }
+    }
+    const int U = static_cast<int>(units.size());
+    auto post_recvs_of = [&](int u, std::vector<Action>& list) {
+      for (int k = units[u].begin; k < units[u].end; ++k)
+        if (auto r = recv_for(compute_only, d, in[k])) list.push_back(*r);
+    };
     auto& list = out.actions[d];
     list.reserve(static_cast<size_t>(n) * 3);
-    // The RECV for compute k is posted just before compute max(0, k - L).
-    for (int k = 0; k < std::min(n, L); ++k)
-      if (has_recv[k]) list.push_back(recvs[k]);
+    int u = 0;
     for (int k = 0; k < n; ++k) {
-      if (k + L < n && has_recv[k + L]) list.push_back(recvs[k + L]);
+      if (u < U && k == units[u].begin) {
+        if (u == 0)
+          for (int v = 0; v < std::min(U, L); ++v) post_recvs_of(v, list);
+        if (u + L < U) post_recvs_of(u + L, list);
+      }
       list.push_back(in[k]);
-      if (auto send = send_after(compute_only, d, in[k])) list.push_back(*send);
+      if (u < U && k + 1 == units[u].end) {
+        for (int j = units[u].begin; j < units[u].end; ++j)
+          if (auto send = send_after(compute_only, d, in[j])) list.push_back(*send);
+        ++u;
+      }
     }
   }
   if (options.receives_in_time) post_receives_in_time(out);
@@ -255,7 +296,9 @@ Schedule lower(const Schedule& compute_only) { return lower(compute_only, LowerO
 Schedule strip_comm(const Schedule& s) {
   Schedule out = s;
   for (auto& list : out.actions)
-    std::erase_if(list, [](const Action& a) { return is_comm(a.kind); });
+    std::erase_if(list, [](const Action& a) {
+      return !is_compute(a.kind) && a.kind != ActionKind::OVERLAP_F_B;
+    });
   return out;
 }
 

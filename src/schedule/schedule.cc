@@ -16,18 +16,6 @@ int Schedule::num_stages() const {
   return chunk_stage.empty() ? 0 : *std::max_element(chunk_stage.begin(), chunk_stage.end()) + 1;
 }
 
-int Schedule::prev_chunk(int chunk) const {
-  if (chunk <= 0) return -1;
-  if (chunk_stage.empty()) return chunk - 1;
-  return chunk_stage[chunk] == chunk_stage[chunk - 1] + 1 ? chunk - 1 : -1;
-}
-
-int Schedule::next_chunk(int chunk) const {
-  if (chunk + 1 >= num_chunks) return -1;
-  if (chunk_stage.empty()) return chunk + 1;
-  return chunk_stage[chunk + 1] == chunk_stage[chunk] + 1 ? chunk + 1 : -1;
-}
-
 bool Schedule::is_lowered() const {
   for (const auto& list : actions)
     for (const auto& a : list)

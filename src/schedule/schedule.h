@@ -48,9 +48,18 @@ struct Schedule {
   // Number of distinct model stages (num_chunks without duplicated weights).
   int num_stages() const;
   // The chunk whose output chunk c consumes in its forward, or -1 when c holds stage 0.
-  int prev_chunk(int chunk) const;
+  // (Inline: the lowering, validator and simulator ask once per action.)
+  int prev_chunk(int chunk) const {
+    if (chunk <= 0) return -1;
+    if (chunk_stage.empty()) return chunk - 1;
+    return chunk_stage[chunk] == chunk_stage[chunk - 1] + 1 ? chunk - 1 : -1;
+  }
   // The chunk that consumes chunk c's output, or -1 when c holds the last stage.
-  int next_chunk(int chunk) const;
+  int next_chunk(int chunk) const {
+    if (chunk + 1 >= num_chunks) return -1;
+    if (chunk_stage.empty()) return chunk + 1;
+    return chunk_stage[chunk + 1] == chunk_stage[chunk] + 1 ? chunk + 1 : -1;
+  }
   // True when any list holds a SEND/RECV (the schedule has been lowered).
   bool is_lowered() const;
   // True when the backward is split into I and W anywhere.

@@ -35,6 +35,7 @@ class Validator {
     check_shape();
     index_actions();
     check_completeness();
+    check_chunk_actions();
     lowered_ = s_.is_lowered();
     if (lowered_) check_comm();
     return dry_run();
@@ -89,10 +90,28 @@ class Validator {
       const auto& list = s_.actions[d];
       for (int k = 0; k < static_cast<int>(list.size()); ++k) {
         const Action& a = list[k];
+        if (a.kind == ActionKind::OVERLAP_F_B) {
+          if (k + 2 >= static_cast<int>(list.size()) || !is_compute(list[k + 1].kind) ||
+              !is_compute(list[k + 2].kind))
+            fail_at(fmt::format("device {} position {}: OVERLAP_F_B must be followed by the two "
+                                "compute actions it pairs",
+                                d, k),
+                    {d, k});
+          check_pair(list[k + 1], list[k + 2], d, k);
+          continue;
+        }
         if (a.chunk < 0 || a.chunk >= C_)
           fail_at(fmt::format("device {} position {}: {} names chunk {}, outside [0, {})", d, k,
                               to_string(a), a.chunk, C_),
                   {d, k});
+        if (is_chunk_action(a.kind)) {
+          if (dev(a.chunk) != d)
+            fail_at(fmt::format("device {} position {}: {} belongs to device {}, which holds "
+                                "chunk {}",
+                                d, k, to_string(a), dev(a.chunk), a.chunk),
+                    {d, k});
+          continue;
+        }
         if (a.microbatch < 0 || a.microbatch >= M_)
           fail_at(fmt::format("device {} position {}: {} names microbatch {}, outside [0, {})", d,
                               k, to_string(a), a.microbatch, M_),
@@ -109,13 +128,14 @@ class Validator {
   // Position of every action in its device's list; duplicates are errors.
   void index_actions() {
     const size_t n = static_cast<size_t>(C_) * M_;
-    std::array<int, 8> none;
+    std::array<int, kNumSlotKinds> none;
     none.fill(kNone);
     pos_.assign(n, none);
     for (int d = 0; d < s_.num_devices; ++d) {
       const auto& list = s_.actions[d];
       for (int k = 0; k < static_cast<int>(list.size()); ++k) {
         const Action& a = list[k];
+        if (!has_slot(a.kind)) continue;
         int& slot = pos_[at(a.chunk, a.microbatch)][static_cast<int>(a.kind)];
         if (slot != kNone)
           fail_at(fmt::format("device {}: {} appears twice (positions {} and {})", d, to_string(a),
@@ -203,6 +223,108 @@ class Validator {
                   {dev(c), w});
       }
     }
+  }
+
+  // An overlapped pair runs both of its actions at once, so neither may consume the other.
+  void check_pair(const Action& x, const Action& y, int d, int k) const {
+    auto consumes = [&](const Action& b, const Action& a) {
+      if (a.microbatch != b.microbatch) return false;
+      switch (b.kind) {
+        case ActionKind::F:
+          return a.kind == ActionKind::F && a.chunk == s_.prev_chunk(b.chunk);
+        case ActionKind::B:
+        case ActionKind::I:
+          return (a.kind == ActionKind::F && a.chunk == b.chunk) ||
+                 (is_backward(a.kind) && a.chunk == s_.next_chunk(b.chunk));
+        case ActionKind::W:
+          return a.kind == ActionKind::I && a.chunk == b.chunk;
+        default:
+          return false;
+      }
+    };
+    if (consumes(y, x) || consumes(x, y))
+      fail_at(fmt::format("device {} position {}: ({};{})OVERLAP_F_B pairs an action with one it "
+                          "depends on, but a pair runs both at once; run them one after the other",
+                          d, k, to_string(x), to_string(y)),
+              {d, k});
+  }
+
+  // 2b. Chunk actions, by PyTorch's runtime rules. A chunk that has any UNSHARD or RESHARD on its
+  // device is FSDP-sharded: it starts sharded, UNSHARD needs it sharded, every compute on it needs
+  // it unsharded, RESHARD needs it unsharded and computed on since (the all-gather is waited for
+  // at the first compute), and no UNSHARD goes unused. REDUCE_GRAD runs at most once per chunk,
+  // after every backward that makes its weight gradients (B or W).
+  void check_chunk_actions() {
+    enum State : int8_t { kSharded, kFetched, kUsed };
+    std::vector<int8_t> fsdp(C_, 0), state(C_, kSharded), reduced(C_, 0);
+    std::vector<int> grads_total(C_, 0), grads_seen(C_, 0), fetched_at(C_, -1);
+    bool any = false;
+    for (const auto& list : s_.actions)
+      for (const Action& a : list) {
+        if (a.kind == ActionKind::UNSHARD || a.kind == ActionKind::RESHARD) fsdp[a.chunk] = 1;
+        if (a.kind == ActionKind::B || a.kind == ActionKind::W) ++grads_total[a.chunk];
+        any = any || is_chunk_action(a.kind);
+      }
+    if (!any) return;
+    for (int d = 0; d < s_.num_devices; ++d) {
+      const auto& list = s_.actions[d];
+      for (int k = 0; k < static_cast<int>(list.size()); ++k) {
+        const Action& a = list[k];
+        const int c = a.chunk;
+        switch (a.kind) {
+          case ActionKind::UNSHARD:
+            if (state[c] != kSharded)
+              fail_at(fmt::format("device {} position {}: {} but chunk {} is already unsharded "
+                                  "(UNSHARD twice without a RESHARD between)",
+                                  d, k, to_string(a), c),
+                      {d, k});
+            state[c] = kFetched;
+            fetched_at[c] = k;
+            break;
+          case ActionKind::RESHARD:
+            if (state[c] != kUsed)
+              fail_at(fmt::format("device {} position {}: {} but chunk {} {}", d, k,
+                                  to_string(a), c,
+                                  state[c] == kSharded ? "is not unsharded"
+                                                       : "has not computed since its UNSHARD"),
+                      {d, k});
+            state[c] = kSharded;
+            break;
+          case ActionKind::REDUCE_GRAD:
+            if (reduced[c])
+              fail_at(fmt::format("device {} position {}: {} appears twice", d, k, to_string(a)),
+                      {d, k});
+            if (grads_seen[c] != grads_total[c])
+              fail_at(fmt::format("device {} position {}: {} comes before the last backward of "
+                                  "chunk {} ({} of its {} B/W actions done); move it after them",
+                                  d, k, to_string(a), c, grads_seen[c], grads_total[c]),
+                      {d, k});
+            reduced[c] = 1;
+            break;
+          case ActionKind::F:
+          case ActionKind::B:
+          case ActionKind::I:
+          case ActionKind::W:
+            if (a.kind == ActionKind::B || a.kind == ActionKind::W) ++grads_seen[c];
+            if (!fsdp[c]) break;
+            if (state[c] == kSharded)
+              fail_at(fmt::format("device {} position {}: {} computes on chunk {} while it is "
+                                  "sharded; put {}UNSHARD before it",
+                                  d, k, to_string(a), c, c),
+                      {d, k});
+            state[c] = kUsed;
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    for (int c = 0; c < C_; ++c)
+      if (state[c] == kFetched)
+        fail_at(fmt::format("{}UNSHARD on device {} is never used: no compute of chunk {} follows "
+                            "it",
+                            c, dev(c), c),
+                {dev(c), fetched_at[c]});
   }
 
   // 3. Lowered schedules: every cross-device hand-off has its SEND after the producer and its RECV
@@ -294,12 +416,12 @@ class Validator {
     const size_t n = static_cast<size_t>(C_) * M_;
     fast_ = mode == kFast;
     if (fast_) {
-      std::array<int8_t, 8> not_yet;
+      std::array<int8_t, kNumSlotKinds> not_yet;
       not_yet.fill(kNotYet);
       state_.assign(n, not_yet);
     } else {
       state_ = {};
-      std::array<int, 8> never;
+      std::array<int, kNumSlotKinds> never;
       never.fill(kNever);
       done_.assign(n, never);
     }
@@ -380,8 +502,7 @@ class Validator {
         out[n++] = backward_of(c, m);
         if (rendezvous) out[n++] = {ActionKind::RECV_B, s_.prev_chunk(c), m};
         break;
-      case ActionKind::RECV_F:
-      case ActionKind::RECV_B:
+      default:  // RECV_F, RECV_B, chunk actions, markers: need nothing
         break;
     }
     return n;
@@ -449,6 +570,15 @@ class Validator {
 
   void run_head(int d, int t) {
     const Action& a = head(d);
+    if (!has_slot(a.kind)) {  // a chunk action or a pair marker: a step of its own, no state
+      if (!fast_) {
+        if (record_) step_of_[d][next_[d]] = t;
+        free_[d] = t + 1;
+        steps_ = std::max(steps_, t + 1);
+      }
+      ++next_[d];
+      return;
+    }
     if (fast_) {
       int8_t& st = state_[key(a)][static_cast<int>(a.kind)];
       if (st == kWaited) work_.push_back(consumer(a));
@@ -469,6 +599,17 @@ class Validator {
     const int n = static_cast<int>(s_.actions[d].size());
     while (next_[d] < n) {
       const Action a = head(d);
+      if (a.kind == ActionKind::OVERLAP_F_B) {
+        // A pair runs at once: both ready, then the marker and both actions in one step.
+        const auto& list = s_.actions[d];
+        const int tx = earliest(list[next_[d] + 1], d, true);
+        if (tx < 0) return;
+        const int ty = earliest(list[next_[d] + 2], d, true);
+        if (ty < 0) return;
+        const int t = std::max({tx, ty, fast_ ? 0 : free_[d]});
+        for (int i = 0; i < 3; ++i) run_head(d, t);
+        continue;
+      }
       const int t = earliest(a, d, true);
       if (t < 0) return;
       if (auto other = partner(a)) {
@@ -486,6 +627,15 @@ class Validator {
       }
       run_head(d, t);
     }
+  }
+
+  // After a stepped dry run: whether everything `a` needs has happened.
+  bool ready_now(const Action& a, int d) const {
+    Action dep[4];
+    const int n = needs(a, d, dep);
+    for (int i = 0; i < n; ++i)
+      if (stamp(dep[i]) == kNever) return false;
+    return true;
   }
 
   // What a blocked action waits for, in words.
@@ -517,6 +667,16 @@ class Validator {
         return "its send " + on(ActionKind::SEND_F, s_.prev_chunk(c));
       case ActionKind::RECV_B:
         return "its send " + on(ActionKind::SEND_B, s_.next_chunk(c));
+      case ActionKind::OVERLAP_F_B: {
+        const auto& list = s_.actions[d];
+        const Action& x = list[next_[d] + 1];
+        const Action& y = list[next_[d] + 2];
+        const Action& waiting = ready_now(x, d) ? y : x;
+        return fmt::format("{} of its pair ({};{}): {}", to_string(waiting), to_string(x),
+                           to_string(y), waits_for(waiting, d));
+      }
+      default:  // chunk actions never wait
+        return "nothing";
     }
     return "?";
   }
@@ -526,12 +686,12 @@ class Validator {
   int C_ = 0, M_ = 0;
   bool lowered_ = false;
   // Per (chunk, microbatch), by ActionKind (one cache line for all kinds of a slot):
-  std::vector<std::array<int, 8>> pos_;   // position in its device's list, or kNone
-  std::vector<std::array<int, 8>> done_;  // dry-run step it ran at, kNever, or -1-d (d waits)
+  std::vector<std::array<int, kNumSlotKinds>> pos_;   // position in its device's list, or kNone
+  std::vector<std::array<int, kNumSlotKinds>> done_;  // dry-run step it ran at, kNever, or -1-d (d waits)
   std::vector<char> full_backward_;       // a B (not I/W) runs for this slot
   // Fast pass: one byte per slot and kind instead of a step.
   static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
-  std::vector<std::array<int8_t, 8>> state_;
+  std::vector<std::array<int8_t, kNumSlotKinds>> state_;
   bool fast_ = false;
   int steps_ = 0;
   bool record_ = false;

@@ -24,6 +24,10 @@ struct ChunkCost {
   double activation_bytes = 0;
   double output_bytes = 0;
   double param_bytes = 0;
+  // PyTorch's chunk actions (action.h), 0 unless given: UNSHARD's all-gather runs in the
+  // background and the chunk's next compute waits for it; REDUCE_GRAD holds the device.
+  double unshard_ms = 0;
+  double reduce_grad_ms = 0;
 };
 
 struct LinkModel {
@@ -44,6 +48,10 @@ struct CostModel {
   // charged to the device after each action as idle time. 0 models a free runtime; the runtime
   // benchmark measures it (docs/runtime.md) so predictions of real steps include it.
   double action_overhead_ms = 0;
+  // An OVERLAP_F_B pair runs as one interval of length t_a + t_b - overlap_f_b * min(t_a, t_b):
+  // 0 (the default) when the two computations share the device, 1 when the shorter one hides
+  // entirely behind the longer (docs/schedules.md).
+  double overlap_f_b = 0;
 
   const LinkModel& link_between(int src_device, int dst_device) const;
 };

@@ -39,6 +39,7 @@ class Simulator {
       }
     }
     pos_.assign(P_, 0);
+    gate_.assign(C_, 0);
     clock_.assign(P_, 0);
     mem_.assign(P_, 0);
     out_.busy_ms.assign(P_, 0);
@@ -76,13 +77,20 @@ class Simulator {
     if (static_cast<int>(s_.actions.size()) != P_ || static_cast<int>(s_.chunk_device.size()) != C_)
       throw ConfigError(fmt::format("schedule '{}' is malformed; validate() it first", s_.kind));
     for (int d = 0; d < P_; ++d)
-      for (const Action& a : s_.actions[d])
-        if (a.chunk < 0 || a.chunk >= C_ || a.microbatch < 0 || a.microbatch >= M_ ||
+      for (const Action& a : s_.actions[d]) {
+        if (a.kind == ActionKind::OVERLAP_F_B) continue;
+        const bool slot = schedule::has_slot(a.kind);
+        if (a.chunk < 0 || a.chunk >= C_ || (slot && (a.microbatch < 0 || a.microbatch >= M_)) ||
             dev(a.chunk) != d)
           throw ConfigError(
               fmt::format("schedule '{}': {} on device {} is out of place; "
                           "validate() it first",
                           s_.kind, schedule::to_string(a), d));
+      }
+    if (cm_.overlap_f_b < 0 || cm_.overlap_f_b > 1)
+      throw ConfigError(fmt::format("overlap of an OVERLAP_F_B pair is {}; it is a fraction of "
+                                    "the shorter action, in [0, 1]",
+                                    cm_.overlap_f_b));
   }
 
   // Sets an event time and wakes the device waiting for it.
@@ -157,20 +165,91 @@ class Simulator {
     if (opt_.timeline) out_.timing[d][k] = {start, end};
   }
 
-  void compute(int d, int k, double ready, double duration, double* end_out) {
-    const double start = std::max(clock_[d], ready);
-    const double end = start + duration;
-    clock_[d] = end;
-    out_.busy_ms[d] += duration;
-    record(d, k, start, end);
-    *end_out = end;
-  }
-
   // Activation memory of device d changes by `bytes` at time t.
   void hold(int d, double bytes, double t) {
     mem_[d] += bytes;
     out_.peak_activation_bytes[d] = std::max(out_.peak_activation_bytes[d], mem_[d]);
     if (opt_.timeline) out_.activation[d].push_back({t, mem_[d]});
+  }
+
+  // When the input of compute action `a` on device d is there (and its chunk unsharded), or -1
+  // after registering d as waiting for it.
+  double ready_time(int d, const Action& a) {
+    const int c = a.chunk;
+    const size_t i = at(c, a.microbatch);
+    double ready = gate_[c];
+    switch (a.kind) {
+      case ActionKind::F:
+        if (s_.prev_chunk(c) >= 0) {
+          if (event_[kFwdIn][i] < 0) return wait(kFwdIn, i, d), -1;
+          ready = std::max(ready, event_[kFwdIn][i]);
+        }
+        break;
+      case ActionKind::B:
+      case ActionKind::I:
+        if (s_.next_chunk(c) >= 0) {
+          if (event_[kGradIn][i] < 0) return wait(kGradIn, i, d), -1;
+          ready = std::max(ready, event_[kGradIn][i]);
+        }
+        break;
+      default:  // W
+        if (event_[kIEnd][i] < 0) return wait(kIEnd, i, d), -1;
+        ready = std::max(ready, event_[kIEnd][i]);
+        break;
+    }
+    return ready;
+  }
+
+  double duration(const Action& a) const {
+    const ChunkCost& cost = cm_.chunks[a.chunk];
+    switch (a.kind) {
+      case ActionKind::F:
+        return cost.forward_ms;
+      case ActionKind::B:
+        return cost.backward_ms;
+      case ActionKind::I:
+        return cost.backward_input_ms;
+      default:
+        return cost.backward_weight_ms;
+    }
+  }
+
+  // The effects of compute action `a` on device d that ran [start, end): memory, and its output
+  // handed on (locally, or implicitly sent when the schedule is compute-only).
+  void finish(int d, const Action& a, double start, double end) {
+    const int c = a.chunk, m = a.microbatch;
+    const ChunkCost& cost = cm_.chunks[c];
+    switch (a.kind) {
+      case ActionKind::F: {
+        hold(d, cost.activation_bytes, start);
+        if (const int nx = s_.next_chunk(c); nx >= 0) {
+          if (dev(nx) == d)
+            fire(kFwdIn, nx, m, end);
+          else if (!lowered_)
+            send(d, dev(nx), kFwdIn, nx, m, end, cost.output_bytes, {ActionKind::SEND_F, c, m},
+                 -1);
+        }
+        break;
+      }
+      case ActionKind::B:
+      case ActionKind::I: {
+        if (a.kind == ActionKind::B)
+          hold(d, -cost.activation_bytes, end);
+        else
+          fire(kIEnd, c, m, end);
+        if (const int p = s_.prev_chunk(c); p >= 0) {
+          if (dev(p) == d)
+            fire(kGradIn, p, m, end);
+          else if (!lowered_)
+            send(d, dev(p), kGradIn, p, m, end, cm_.chunks[p].output_bytes,
+                 {ActionKind::SEND_B, c, m}, -1);
+        }
+        break;
+      }
+      default:  // W
+        hold(d, -cost.activation_bytes, end);
+        break;
+    }
   }
 
   // Runs device d until it finishes or blocks on an event.
@@ -180,81 +259,81 @@ class Simulator {
     while (pos_[d] < n) {
       const int k = pos_[d];
       const Action& a = list[k];
-      const int c = a.chunk, m = a.microbatch;
-      const size_t i = at(c, m);
-      const ChunkCost& cost = cm_.chunks[c];
       switch (a.kind) {
-        case ActionKind::F: {
-          const int p = s_.prev_chunk(c);
-          double ready = 0;
-          if (p >= 0) {
-            ready = event_[kFwdIn][i];
-            if (ready < 0) return wait(kFwdIn, i, d);
-          }
-          double end;
-          compute(d, k, ready, cost.forward_ms, &end);
-          hold(d, cost.activation_bytes, end - cost.forward_ms);
-          if (const int nx = s_.next_chunk(c); nx >= 0) {
-            if (dev(nx) == d)
-              fire(kFwdIn, nx, m, end);
-            else if (!lowered_)
-              send(d, dev(nx), kFwdIn, nx, m, end, cost.output_bytes, {ActionKind::SEND_F, c, m},
-                   -1);
-          }
-          break;
-        }
+        case ActionKind::F:
         case ActionKind::B:
-        case ActionKind::I: {
-          const int nx = s_.next_chunk(c);
-          double ready = 0;
-          if (nx >= 0) {
-            ready = event_[kGradIn][i];
-            if (ready < 0) return wait(kGradIn, i, d);
-          }
-          const bool full = a.kind == ActionKind::B;
-          double end;
-          compute(d, k, ready, full ? cost.backward_ms : cost.backward_input_ms, &end);
-          if (full)
-            hold(d, -cost.activation_bytes, end);
-          else
-            fire(kIEnd, c, m, end);
-          if (const int p = s_.prev_chunk(c); p >= 0) {
-            if (dev(p) == d)
-              fire(kGradIn, p, m, end);
-            else if (!lowered_)
-              send(d, dev(p), kGradIn, p, m, end, cm_.chunks[p].output_bytes,
-                   {ActionKind::SEND_B, c, m}, -1);
-          }
-          break;
-        }
+        case ActionKind::I:
         case ActionKind::W: {
-          const double ready = event_[kIEnd][i];
-          if (ready < 0) return wait(kIEnd, i, d);
-          double end;
-          compute(d, k, ready, cost.backward_weight_ms, &end);
-          hold(d, -cost.activation_bytes, end);
+          const double ready = ready_time(d, a);
+          if (ready < 0) return;
+          const double start = std::max(clock_[d], ready), time = duration(a);
+          const double end = start + time;
+          clock_[d] = end;
+          out_.busy_ms[d] += time;
+          record(d, k, start, end);
+          finish(d, a, start, end);
           break;
         }
-        case ActionKind::SEND_F: {
+        case ActionKind::OVERLAP_F_B: {
+          // One interval for both (docs/schedules.md): it starts when both inputs are there and
+          // both outputs leave at its end; `overlap_f_b` of the shorter one is hidden.
+          const Action& x = list[k + 1];
+          const Action& y = list[k + 2];
+          const double rx = ready_time(d, x);
+          if (rx < 0) return;
+          const double ry = ready_time(d, y);
+          if (ry < 0) return;
+          const double tx = duration(x), ty = duration(y);
+          const double time = tx + ty - cm_.overlap_f_b * std::min(tx, ty);
+          const double start = std::max({clock_[d], rx, ry}), end = start + time;
+          clock_[d] = end;
+          out_.busy_ms[d] += time;
+          record(d, k, start, start);
+          record(d, k + 1, start, end);
+          record(d, k + 2, start, end);
+          finish(d, x, start, end);
+          finish(d, y, start, end);
+          pos_[d] += 2;
+          break;
+        }
+        case ActionKind::UNSHARD: {
+          // The all-gather runs in the background; the chunk's next computes wait for it.
+          const double t = cm_.chunks[a.chunk].unshard_ms;
+          record(d, k, clock_[d], clock_[d] + t);
+          gate_[a.chunk] = clock_[d] + t;
+          break;
+        }
+        case ActionKind::RESHARD:
           record(d, k, clock_[d], clock_[d]);
-          const int nx = s_.next_chunk(c);
-          if (nx >= 0) send(d, dev(nx), kFwdIn, nx, m, clock_[d], cost.output_bytes, a, k);
+          break;
+        case ActionKind::REDUCE_GRAD: {
+          // The gradient reduction holds the device (not counted as busy: it is not compute).
+          const double t = cm_.chunks[a.chunk].reduce_grad_ms;
+          record(d, k, clock_[d], clock_[d] + t);
+          clock_[d] += t;
           break;
         }
+        case ActionKind::SEND_F:
         case ActionKind::SEND_B: {
           record(d, k, clock_[d], clock_[d]);
-          const int p = s_.prev_chunk(c);
-          if (p >= 0) send(d, dev(p), kGradIn, p, m, clock_[d], cm_.chunks[p].output_bytes, a, k);
+          const int c = a.chunk, m = a.microbatch;
+          if (a.kind == ActionKind::SEND_F) {
+            if (const int nx = s_.next_chunk(c); nx >= 0)
+              send(d, dev(nx), kFwdIn, nx, m, clock_[d], cm_.chunks[c].output_bytes, a, k);
+          } else if (const int p = s_.prev_chunk(c); p >= 0) {
+            send(d, dev(p), kGradIn, p, m, clock_[d], cm_.chunks[p].output_bytes, a, k);
+          }
           break;
         }
         case ActionKind::RECV_F:
         case ActionKind::RECV_B: {
           const bool grad = a.kind == ActionKind::RECV_B;
           const Event e = grad ? kGradIn : kFwdIn;
+          const size_t i = at(a.chunk, a.microbatch);
           record(d, k, clock_[d], std::max(clock_[d], event_[e][i]));
           recv_post_[e][i] = clock_[d];
           if (opt_.timeline) recv_at_[e][i] = k;
-          const int peer = grad ? s_.next_chunk(c) : s_.prev_chunk(c);
+          const int peer = grad ? s_.next_chunk(a.chunk) : s_.prev_chunk(a.chunk);
           if (peer >= 0) drain(link_of(dev(peer), d));
           break;
         }
@@ -266,6 +345,7 @@ class Simulator {
 
   // Device d waits for event e of slot i (unknown until then): remember it in the slot itself.
   void wait(Event e, size_t i, int d) { event_[e][i] = -2.0 - d; }
+
 
   [[noreturn]] void stalled() const {
     std::string why;
@@ -348,6 +428,7 @@ class Simulator {
   std::vector<double> recv_post_[2];  // by Event kFwdIn / kGradIn: when the RECV was posted
   std::vector<int> recv_at_[2];       // position of that RECV in its list (timeline only)
   std::vector<int> pos_;
+  std::vector<double> gate_;  // per chunk: when its last UNSHARD finishes (0: never sharded)
   std::vector<double> clock_;
   std::vector<double> mem_;
   std::vector<int> ready_;

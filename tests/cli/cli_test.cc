@@ -48,6 +48,38 @@ TEST(Cli, HelpListsEverySubcommand) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << "missing subcommand " << sub << "\n" << r.out;
 }
 
+// `breakwater` (pure) knows the LibTorch subcommands from a table (src/cli/torch_commands.cc);
+// `breakwater-torch` registers them from their own files. The two must agree, and --help reads
+// the same from both.
+TEST(Cli, BothExecutablesKnowTheSameCommands) {
+#ifdef BW_TORCH_BINARY
+  auto run_torch = [](const std::string& args) {
+    Result r;
+    std::string cmd = "cd '" BW_SOURCE_DIR "' && timeout -s KILL 120 '" BW_TORCH_BINARY "' " +
+                      args + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+    const int raw = pclose(pipe);
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    return r;
+  };
+  for (const char* args : {"--list-commands", "--help", "profile --help"}) {
+    const Result pure = run(args), torch = run_torch(args);
+    EXPECT_EQ(pure.status, 0) << args << "\n" << pure.out;
+    EXPECT_EQ(pure.out, torch.out) << "`breakwater " << args << "` and `breakwater-torch " << args
+                                   << "` differ: add the command to src/cli/torch_commands.cc";
+  }
+  // A LibTorch command through the pure executable: its own help, from breakwater-torch.
+  const Result train = run("train --help");
+  EXPECT_EQ(train.status, 0) << train.out;
+  EXPECT_NE(train.out.find("Usage: breakwater train"), std::string::npos) << train.out;
+#else
+  GTEST_SKIP() << "built without LibTorch";
+#endif
+}
+
 TEST(Cli, UnknownSubcommandFails) {
   Result r = run("no-such-command");
   EXPECT_NE(r.status, 0) << r.out;

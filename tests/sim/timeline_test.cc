@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 
 #include "schedule/generate.h"
 
@@ -162,6 +163,43 @@ TEST(Timeline, SummaryOnlyModeAgreesWithTheFullTimeline) {
   EXPECT_EQ(full.peak_activation_bytes, fast.peak_activation_bytes);
   EXPECT_TRUE(fast.timing.empty());
   EXPECT_TRUE(fast.transfers.empty());
+}
+
+// An OVERLAP_F_B pair is one interval: it starts when both inputs are there and lasts
+// F + B - overlap * min(F, B). Device 1's pair (1F1;1B0) on F = 1, B = 2 per chunk: 1F0 runs
+// [1, 2); 1B0 needs nothing remote (chunk 1 is last) and 1F1 needs 0F1 (ends at 2), so the pair
+// starts at 2.
+TEST(Timeline, OverlappedPairRunsAtOnce) {
+  std::istringstream in("0F0,0F1,0B0,0B1\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n");
+  const schedule::Schedule s = schedule::read_csv(in);
+  for (double overlap : {0.0, 0.5, 1.0}) {
+    CostModel costs = uniform_costs(2, 1, 2);
+    costs.overlap_f_b = overlap;
+    const SimResult r = simulate(s, costs);
+    const double pair = 3 - overlap * 1;
+    EXPECT_DOUBLE_EQ(r.timing[1][2].start_ms, 2);
+    EXPECT_DOUBLE_EQ(r.timing[1][2].end_ms, 2 + pair);
+    EXPECT_DOUBLE_EQ(r.timing[1][3].end_ms, 2 + pair);  // both end together
+    // 0B0 gets its gradient when the pair ends; 1B1 follows the pair.
+    EXPECT_DOUBLE_EQ(r.timing[0][2].start_ms, 2 + pair);
+    EXPECT_DOUBLE_EQ(r.makespan_ms, 2 + pair + 2 + 2);
+    EXPECT_DOUBLE_EQ(r.busy_ms[1], 1 + pair + 2);
+  }
+}
+
+// UNSHARD runs in the background and gates its chunk's next compute; REDUCE_GRAD holds the
+// device; RESHARD is free. One device, F = 1, B = 2.
+TEST(Timeline, ChunkActionsCostWhatTheyAreGiven) {
+  std::istringstream in("0UNSHARD,0F0,0B0,0REDUCE_GRAD,0RESHARD\n");
+  const schedule::Schedule s = schedule::read_csv(in);
+  CostModel costs = uniform_costs(1, 1, 2);
+  EXPECT_DOUBLE_EQ(simulate(s, costs).makespan_ms, 3);  // zero cost unless given
+  costs.chunks[0].unshard_ms = 5;
+  costs.chunks[0].reduce_grad_ms = 4;
+  const SimResult r = simulate(s, costs);
+  EXPECT_DOUBLE_EQ(r.timing[0][1].start_ms, 5);
+  EXPECT_DOUBLE_EQ(r.makespan_ms, 5 + 3 + 4);
+  EXPECT_DOUBLE_EQ(r.busy_ms[0], 3);
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+#include "cli/app.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "cli/registry.h"
+#include "core/error.h"
+
+namespace bw::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+
+namespace {
+
+void list_paths(const CLI::App& app, const std::string& prefix) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string path = prefix.empty() ? sub->get_name() : prefix + " " + sub->get_name();
+    fmt::print("{}\n", path);
+    list_paths(*sub, path);
+  }
+}
+
+}  // namespace
+
+void print_command_paths(const CLI::App& app) { list_paths(app, ""); }
+
+int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
+  CLI::App app{
+      "breakwater: fast and resilient pipeline-parallel training (wave schedules + pipeline "
+      "templates)",
+      "breakwater"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "breakwater 0.1.0");
+  // Sorted by (order, name), not by static-initialisation order, which depends on link order.
+  std::vector<ExtraCommand> commands = extra;
+  for (const auto& c : registry()) commands.push_back({c.order, c.name, c.add});
+  std::stable_sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.order, a.name) < std::tie(b.order, b.name);
+  });
+  for (const auto& c : commands) c.add(app);
+  if (argc == 2 && std::strcmp(argv[1], "--list-commands") == 0) {
+    print_command_paths(app);
+    return 0;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ExitCode& e) {
+    return e.code;
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const CommError& e) {
+    fmt::print(stderr, "communication error: {}\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace bw::cli

@@ -1,0 +1,28 @@
+// The command-line application both executables share: builds the CLI11 app from the subcommands
+// registered in this executable (registry.h), parses, dispatches and turns exceptions into
+// messages and exit codes (0 ok, 1 internal error, 2 bad input, 3 communication error).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace bw::cli {
+
+// Extra subcommands to add besides the registered ones (the pure executable's stand-ins for the
+// LibTorch ones, torch_commands.h). All are added in (order, name) order.
+struct ExtraCommand {
+  int order;
+  std::string name;
+  std::function<void(CLI::App&)> add;
+};
+
+int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra = {});
+
+// `--list-commands` (not in --help): prints every subcommand path this executable knows, one a
+// line ("profile measure"), hidden ones included; tests compare the two executables with it.
+void print_command_paths(const CLI::App& app);
+
+}  // namespace bw::cli

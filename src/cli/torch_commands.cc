@@ -1,0 +1,38 @@
+#include "cli/torch_commands.h"
+
+#include <array>
+#include <string>
+
+namespace bw::cli {
+
+namespace {
+
+constexpr std::array<TorchCommand, 3> kTorchCommands = {{
+    {"profile measure", 20,
+     "Time each layer's forward/backward and measure its memory on this machine"},
+    {"train", 50, "Train a GPT with pipeline parallelism (config TOML + --section.key=value)"},
+    {"worker", 100, ""},
+}};
+
+}  // namespace
+
+std::span<const TorchCommand> torch_commands() { return kTorchCommands; }
+
+const TorchCommand* find_torch_command(int argc, char** argv) {
+  for (const TorchCommand& c : kTorchCommands) {
+    std::string_view rest = c.path;
+    int i = 1;
+    bool match = true;
+    while (match && !rest.empty()) {
+      const auto space = rest.find(' ');
+      const std::string_view word = rest.substr(0, space);
+      match = i < argc && word == argv[i];
+      ++i;
+      rest = space == std::string_view::npos ? std::string_view{} : rest.substr(space + 1);
+    }
+    if (match) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace bw::cli
