@@ -7,11 +7,12 @@ namespace bw::cli {
 
 namespace {
 
-constexpr std::array<TorchCommand, 3> kTorchCommands = {{
+constexpr std::array<TorchCommand, 4> kTorchCommands = {{
     {"profile measure", 20,
      "Time each layer's forward/backward and measure its memory on this machine"},
     {"train", 50, "Train a GPT with pipeline parallelism (config TOML + --section.key=value)"},
     {"worker", 100, ""},
+    {"agent", 101, ""},
 }};
 
 }  // namespace
