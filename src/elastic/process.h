@@ -1,4 +1,4 @@
-// Child processes of the coordinator (the local agent's job in DESIGN.md "Elastic control
+// Child processes of the coordinator (the local agent's job in docs/design.md "Elastic control
 // plane"): spawn a worker with fork + exec of our own binary, poll it without blocking, kill it.
 // A child asks the kernel to kill it when the coordinator dies (PR_SET_PDEATHSIG), so a crashed
 // coordinator never leaves workers behind.

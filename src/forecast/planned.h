@@ -13,7 +13,7 @@
 // reconfiguration is impossible (a layer lost every replica) training stops with a checkpoint
 // of the last committed step and restarts on a fresh plan (restart cost, as RestartCosts).
 //
-// Joins wait (DESIGN.md: nodes join at a reconfiguration): a returning node is a spare until
+// Joins wait (docs/design.md: nodes join at a reconfiguration): a returning node is a spare until
 // enough spares gather to form a pipeline as large as the plan's smallest, and they join at
 // that moment or at the next failure's reconfiguration, whichever comes first. One node alone
 // would become a one-node pipeline that carries the whole model's gradient over one link.

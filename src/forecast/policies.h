@@ -35,7 +35,7 @@ PolicyKind parse_policy(const std::string& name);  // ConfigError listing the na
 std::string to_string(PolicyKind kind);
 
 struct BreakwaterCosts {
-  // A crashed worker's connections close at once; DESIGN.md targets reconfiguration starting
+  // A crashed worker's connections close at once; docs/design.md targets reconfiguration starting
   // within 1 s of a crash (a hang waits for the 10 s heartbeat timeout instead).
   double detection_ms = 1000;
   // Inter-node bandwidth for state transfer: 100 Gb/s, one commodity NIC per node

@@ -1,5 +1,5 @@
 // A GPT decoder (GPT-2 shapes) built as a flat list of layers, so that any contiguous range of
-// layers can be a chunk on any device (DESIGN.md "Runtime"; the layer split follows the usual
+// layers can be a chunk on any device (docs/design.md "Runtime"; the layer split follows the usual
 // pipeline-parallel practice of GPipe and Megatron: embedding, blocks, head).
 //
 // Layers, for num_layers(c) = c.n_blocks + 2:

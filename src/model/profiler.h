@@ -1,6 +1,6 @@
 // The layer profiler behind `breakwater profile measure`: times each GPT layer's forward and
 // backward on this machine and measures the memory it keeps, producing the profile JSON the
-// planner reads (docs/profiles.md; DESIGN.md "Inputs"). The planner and the simulator then
+// planner reads (docs/profiles.md; docs/design.md "Inputs"). The planner and the simulator then
 // predict step times from these per-layer figures (Oobleck §4.1 profiles layers the same way).
 //
 // What is measured, per layer, at one microbatch size (docs/profiles.md gives the definitions):

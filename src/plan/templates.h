@@ -45,7 +45,7 @@ struct Stage {
   int end_layer() const { return first_layer + num_layers; }  // one past the last
 };
 
-// A contiguous range of layers run as one unit by one stage's devices (DESIGN.md: chunk), in
+// A contiguous range of layers run as one unit by one stage's devices (docs/design.md: chunk), in
 // model order: chunk c + 1 starts where chunk c ends.
 struct Chunk {
   int first_layer = 0;

@@ -1,4 +1,4 @@
-// What the runtime saves and how it resumes (DESIGN.md "Runtime": checkpoints). A checkpoint is a
+// What the runtime saves and how it resumes (docs/design.md "Runtime": checkpoints). A checkpoint is a
 // directory `{out_dir}/checkpoint-{step}` with model.safetensors (tensors "layers.{i}.{param}"),
 // optimizer.safetensors ("layers.{i}.{param}.exp_avg" / ".exp_avg_sq" / ".step") and the sidecar
 // checkpoint.json (support's checkpoint.h formats). Each rank writes a shard of the layers it owns

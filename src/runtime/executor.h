@@ -1,4 +1,4 @@
-// The executor: runs one device's action list for one step (DESIGN.md "Runtime").
+// The executor: runs one device's action list for one step (docs/design.md "Runtime").
 //
 // Per action (after PyTorch's pipelining runtime and the lowering contract of schedule/):
 //   RECV_F/RECV_B  post an irecv into a fresh buffer (shapes are known from the model config, so

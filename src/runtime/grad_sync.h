@@ -1,4 +1,4 @@
-// Gradient sync across pipelines, per layer (DESIGN.md "Runtime"; Oobleck §5 syncs per layer
+// Gradient sync across pipelines, per layer (docs/design.md "Runtime"; Oobleck §5 syncs per layer
 // because heterogeneous pipelines split the model differently).
 //
 // The replicas of a layer (one rank per pipeline) all-reduce (sum) its gradient. Consecutive

@@ -2,7 +2,7 @@
 // pipeline, device, chunks and layers, the microbatches each pipeline computes per step, and each
 // pipeline's lowered schedule. The coordinator builds it from a plan and publishes it as JSON in
 // the store (keyed by generation); every worker parses the same JSON and derives the same
-// replica sets and gradient buckets from it (DESIGN.md "Runtime": per-layer gradient sync).
+// replica sets and gradient buckets from it (docs/design.md "Runtime": per-layer gradient sync).
 //
 // Invariants (checked by validate_layout): ranks are numbered pipeline by pipeline, so pipeline p
 // holds ranks [first_rank, first_rank + num_devices); each pipeline's chunks cover layers

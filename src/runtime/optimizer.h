@@ -1,6 +1,6 @@
 // The optimizer of a worker: AdamW (Loshchilov & Hutter, ICLR'19; torch::optim::AdamW) over the
 // named parameters of the layers this worker holds, with the learning-rate schedule (linear
-// warm-up, then cosine decay to min_lr) and global-norm gradient clipping of DESIGN.md "Runtime".
+// warm-up, then cosine decay to min_lr) and global-norm gradient clipping of docs/design.md "Runtime".
 //
 // Weight decay applies to matrices (dim >= 2) only; biases, LayerNorm parameters and other
 // vectors get none (GPT-2 / nanoGPT practice). The global gradient norm needs a reduction over

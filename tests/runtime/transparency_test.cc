@@ -1,4 +1,4 @@
-// Transparency (DESIGN.md guarantee 4): pipeline training with any schedule and plan gives the
+// Transparency (docs/design.md guarantee 4): pipeline training with any schedule and plan gives the
 // same losses and final parameters as the single-process run (`--devices 1`) on the same global
 // batches. Oracle: the single-process run of the same binary, model and data. Tolerances: losses
 // relative 1e-5; parameters |a - b| <= 1e-5 + 1e-4 |b| (fp32, different summation orders of the
