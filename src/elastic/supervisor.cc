@@ -162,13 +162,15 @@ void Supervisor::detect() {
   last_beat_check_ms_ = now;
   auto stale = [&](Beat& b, int64_t count) {
     if (count != b.count) {
-      const bool first = b.count < 0;
-      b = {count, now};
-      (void)first;
+      // The first reading is a baseline; a change after it is the process's own beat.
+      if (b.count >= 0) b.starting = false;
+      b.count = count;
+      b.since_ms = now;
       return false;
     }
-    // Before its first beat a process is still starting (loading LibTorch).
-    return now - b.since_ms > (count == 0 ? opt_.startup_ms : opt_.heartbeat_timeout_ms);
+    // Before its first beat a process is still starting (loading LibTorch); counters outlive
+    // a node's restart, so "first beat" means the first change since the (re)start.
+    return now - b.since_ms > (b.starting ? opt_.startup_ms : opt_.heartbeat_timeout_ms);
   };
   for (auto& [node, st] : node_states_) {
     if (!st.live) continue;

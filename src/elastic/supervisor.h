@@ -133,6 +133,7 @@ class Supervisor {
   struct Beat {
     int64_t count = -1;
     double since_ms = 0;
+    bool starting = true;  // no beat seen since the process (re)started: the startup grace
   };
   struct Recovery {
     std::vector<int> nodes;
