@@ -4,7 +4,8 @@
 // an empty cell is an idle slot and is dropped on reading. A PyTorch `(a;b)OVERLAP_F_B` cell is
 // read as its two actions in order. The file carries no placement: pass it, or let the reader infer
 // it from which device runs each chunk's compute actions (which is ambiguous only for a chunk that
-// never runs, an error). Malformed input is a ConfigError naming line and column.
+// never runs, an error). Malformed input is a ConfigError naming line and column. A file is at
+// most io::kMaxTableBytes; ids and sizes are bounded (below) before any table is sized from them.
 #pragma once
 
 #include <istream>
@@ -16,6 +17,11 @@
 #include "schedule/schedule.h"
 
 namespace bw::schedule {
+
+inline constexpr int kMaxCsvDevices = 4096;
+inline constexpr int kMaxCsvChunks = 1 << 16;
+inline constexpr int kMaxCsvMicrobatches = 1 << 20;
+inline constexpr long long kMaxCsvChunkMicrobatches = 1LL << 24;  // chunks x microbatches
 
 struct CsvOptions {
   std::string kind = "custom";
