@@ -1,7 +1,13 @@
 // breakwater: the command-line entry point. Subcommands register themselves (registry.h);
-// this file parses, dispatches and turns exceptions into messages and exit codes.
+// this file parses, dispatches and turns exceptions into messages and exit codes:
+//   0 success, 1 a bug (internal error), 2 bad input (a ConfigError, an unusable path, a write
+//   that failed, standard output included), 3 a lost peer (CommError).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include <fmt/core.h>
 
@@ -29,7 +35,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every malformed command line is bad input (2), whatever
+    // CLI11's own code for it.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const bw::cli::ExitCode& e) {
     return e.code;
   } catch (const bw::ConfigError& e) {
@@ -38,9 +46,28 @@ int main(int argc, char** argv) {
   } catch (const bw::CommError& e) {
     fmt::print(stderr, "communication error: {}\n", e.what());
     return 3;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user named cannot be created, listed or removed: bad input, not a bug.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::system_error& e) {
+    // fmt::print throws this when standard output cannot take the bytes (a full disk, a pipe).
+    const int code = e.code().value();
+    const bool output = code == ENOSPC || code == EPIPE || code == EIO || code == EDQUOT ||
+                        code == EBADF || code == EFBIG;
+    fmt::print(stderr, "{}: {}\n", output ? "error: cannot write output" : "internal error",
+               e.what());
+    return output ? 2 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "internal error: {}\n", e.what());
     return 1;
+  }
+  // Output to a full disk or a closed pipe must not end in a silent success.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "error: cannot write to standard output: {}\n",
+               errno != 0 ? std::strerror(errno) : "write error");
+    return 2;
   }
   return 0;
 }
