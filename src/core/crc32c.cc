@@ -84,6 +84,40 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   return crc32c_extend_portable(crc, data, n);
 }
 
+namespace {
+uint32_t gf2_times(const uint32_t* mat, uint32_t vec) {
+  uint32_t sum = 0;
+  for (; vec != 0; vec >>= 1, ++mat) {
+    if (vec & 1) sum ^= *mat;
+  }
+  return sum;
+}
+void gf2_square(uint32_t* square, const uint32_t* mat) {
+  for (int n = 0; n < 32; ++n) square[n] = gf2_times(mat, mat[n]);
+}
+}  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+  if (len_b == 0) return crc_a;
+  uint32_t even[32], odd[32];
+  odd[0] = kPoly;  // the operator for one zero bit
+  uint32_t row = 1;
+  for (int n = 1; n < 32; ++n, row <<= 1) odd[n] = row;
+  gf2_square(even, odd);  // two zero bits
+  gf2_square(odd, even);  // four zero bits
+  // Apply len_b zero bytes to crc_a (the first squaring gives one byte).
+  do {
+    gf2_square(even, odd);
+    if (len_b & 1) crc_a = gf2_times(even, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+    gf2_square(odd, even);
+    if (len_b & 1) crc_a = gf2_times(odd, crc_a);
+    len_b >>= 1;
+  } while (len_b != 0);
+  return crc_a ^ crc_b;
+}
+
 std::string crc32c_hex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 
 }  // namespace bw

@@ -16,6 +16,11 @@ namespace bw {
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n);
 inline uint32_t crc32c(const void* data, size_t n) { return crc32c_extend(0, data, n); }
 
+// CRC of the concatenation A || B from crc(A), crc(B) and the length of B (zlib's
+// crc32_combine for this polynomial), so a file's CRC follows from its parts' without a second
+// pass over the data.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+
 // The portable table-driven version, always; for tests that compare it with the fast one.
 uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t n);
 

@@ -138,6 +138,19 @@ void write_file(const std::string& path, std::string_view text, std::string_view
   out.close();
 }
 
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw ConfigError(fmt::format("cannot open '{}' to sync it: {}", path, std::strerror(errno)));
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    throw ConfigError(fmt::format("cannot sync '{}': {}", path, std::strerror(err)));
+  }
+}
+
 void sync_directory(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {

@@ -63,6 +63,9 @@ class FileWriter {
   int fd_ = -1;
 };
 
+// fsyncs an existing file by path (written earlier without a sync).
+void sync_file(const std::string& path);
+
 // fsyncs a directory, so renames and new entries in it survive a crash.
 void sync_directory(const std::string& dir);
 

@@ -43,5 +43,17 @@ TEST(Crc32c, FastPathEqualsPortableAndComposes) {
   }
 }
 
+TEST(Crc32c, CombineEqualsTheCrcOfTheConcatenation) {
+  std::mt19937 rng(11);
+  std::vector<unsigned char> buf(5000);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{100}, size_t{4999},
+                     size_t{5000}}) {
+    const uint32_t a = crc32c(buf.data(), cut), b = crc32c(buf.data() + cut, buf.size() - cut);
+    EXPECT_EQ(crc32c_combine(a, b, buf.size() - cut), crc32c(buf.data(), buf.size()))
+        << "cut " << cut;
+  }
+}
+
 }  // namespace
 }  // namespace bw
