@@ -109,7 +109,7 @@ std::string staging_dir(const std::string& dir) {
   return d + ".tmp";
 }
 
-void write_shard_tensors(const std::string& dir, int rank, const NamedTensors& parameters,
+void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
                          const NamedTensors& optimizer_state) {
   const fs::path staging = staging_dir(dir);
   std::error_code ec;
@@ -121,12 +121,13 @@ void write_shard_tensors(const std::string& dir, int rank, const NamedTensors& p
   }
   // Shards are not fsynced: they are verified by their CRC when merged, and only the merged,
   // fsynced files are ever published.
-  save_safetensors((staging / shard_name(rank, "model")).string(), parameters, {}, false);
-  save_safetensors((staging / shard_name(rank, "optimizer")).string(), optimizer_state, {}, false);
+  save_safetensors((staging / shard_name(shard, "model")).string(), parameters, {}, false);
+  save_safetensors((staging / shard_name(shard, "optimizer")).string(), optimizer_state, {},
+                   false);
 }
 
 void write_shard(const Worker& worker, const std::string& dir) {
-  write_shard_tensors(dir, worker.rank(), worker.owned_parameters(),
+  write_shard(dir, worker.rank(), worker.owned_parameters(),
                       worker.owned_optimizer_state());
 }
 
@@ -184,6 +185,25 @@ std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo 
   const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
   remove_earlier_partials(parent, info.step);
   return (final_dir / kSidecar).string();
+}
+
+std::string latest_checkpoint(const std::string& out_dir, int* steps_done) {
+  int64_t best = -1;
+  std::string path;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const int64_t step = step_of(name);
+    // Exactly "checkpoint-" + digits: a published directory, with its sidecar.
+    if (step < 0 || is_partial(name) || name.find('.') != std::string::npos) continue;
+    const fs::path sidecar = e.path() / kSidecar;
+    if (step > best && fs::exists(sidecar, ec)) {
+      best = step;
+      path = sidecar.string();
+    }
+  }
+  if (steps_done) *steps_done = static_cast<int>(best);
+  return path;
 }
 
 int remove_partial_checkpoints(const std::string& out_dir) {

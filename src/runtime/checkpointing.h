@@ -44,8 +44,9 @@ std::string staging_dir(const std::string& dir);
 
 // Writes this rank's shard files for checkpoint `dir` into staging_dir(dir) (created if needed).
 void write_shard(const Worker& worker, const std::string& dir);
-// Same, from the tensors themselves (what write_shard writes for a worker).
-void write_shard_tensors(const std::string& dir, int rank, const NamedTensors& parameters,
+// Writes shard `shard` (of the shards merge_shards reads) from the given tensors, into
+// staging_dir(dir).
+void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
                          const NamedTensors& optimizer_state);
 
 // Merges the shards of ranks [0, world_size) staged for `dir` (each verified by its CRC) into
@@ -59,6 +60,11 @@ std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo 
 // interrupted writes); call it at the start of a run, when no checkpoint is being written.
 // Returns how many were removed.
 int remove_partial_checkpoints(const std::string& out_dir);
+
+// The newest complete checkpoint in `out_dir`: the sidecar path of the published
+// `checkpoint-NNNNNN` directory with the most steps (staging `.tmp` and `.old` directories never
+// count), and its step in `*steps_done` if given; "" (and -1) if there is none.
+std::string latest_checkpoint(const std::string& out_dir, int* steps_done = nullptr);
 
 struct LoadedCheckpoint {
   CheckpointInfo info;

@@ -79,7 +79,7 @@ CheckpointInfo info_at(int step) {
 }
 
 std::string write_checkpoint(const std::string& dir, float v, int step = kStep) {
-  for (int r = 0; r < kRanks; ++r) write_shard_tensors(dir, r, params(r, v), optim(r, v));
+  for (int r = 0; r < kRanks; ++r) write_shard(dir, r, params(r, v), optim(r, v));
   return merge_shards(dir, kRanks, info_at(step));
 }
 
@@ -180,7 +180,14 @@ TEST(CheckpointFaults, PartialsOfEarlierStepsAreRemovedAndNeverLoaded) {
   write_checkpoint(out + "/checkpoint-000004", 1);
   EXPECT_FALSE(fs::exists(out + "/checkpoint-000002.tmp"));
   EXPECT_TRUE(fs::exists(out + "/checkpoint-000009.tmp"));
+  // A staging directory with a sidecar (killed after writing it) is not a checkpoint.
+  std::ofstream(out + "/checkpoint-000009.tmp/checkpoint.json") << "{}";
+  int steps = 0;
+  EXPECT_EQ(latest_checkpoint(out, &steps), out + "/checkpoint-000004/checkpoint.json");
+  EXPECT_EQ(steps, 4);
   EXPECT_EQ(remove_partial_checkpoints(out), 1);
+  EXPECT_EQ(latest_checkpoint(out + "/no-such-dir", &steps), "");
+  EXPECT_EQ(steps, -1);
   EXPECT_FALSE(fs::exists(out + "/checkpoint-000009.tmp"));
   EXPECT_TRUE(fs::exists(out + "/checkpoint-000004/checkpoint.json"));
 }
