@@ -131,8 +131,29 @@ void write_shard(const Worker& worker, const std::string& dir) {
                       worker.owned_optimizer_state());
 }
 
+namespace {
+
+std::string merge_and_publish(const fs::path& staging, int world_size, CheckpointInfo info);
+
+}  // namespace
+
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info) {
   const fs::path staging = staging_dir(dir);
+  try {
+    return merge_and_publish(staging, world_size, std::move(info));
+  } catch (const ConfigError&) {
+    // A failed merge (a missing or damaged shard, a full disk) leaves no partial directory; the
+    // previous checkpoint, if any, is untouched.
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+namespace {
+
+std::string merge_and_publish(const fs::path& staging, int world_size, CheckpointInfo info) {
+  const std::string dir = staging.string().substr(0, staging.string().size() - 4);
   std::set<std::string> keep = {kSidecar};
   info.files.clear();
   for (const char* kind : {"model", "optimizer"}) {
@@ -186,6 +207,8 @@ std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo 
   remove_earlier_partials(parent, info.step);
   return (final_dir / kSidecar).string();
 }
+
+}  // namespace
 
 std::string latest_checkpoint(const std::string& out_dir, int* steps_done) {
   int64_t best = -1;

@@ -53,7 +53,8 @@ void write_shard(const std::string& dir, int shard, const NamedTensors& paramete
 // model.safetensors and optimizer.safetensors, deletes them, writes checkpoint.json with `info`
 // (its weights, optimizer and files fields are set here), fsyncs, and publishes the staging
 // directory as `dir` (see above). Returns the sidecar path, `{dir}/checkpoint.json`. ConfigError
-// if a shard is missing or damaged or a tensor appears twice.
+// if a shard is missing or damaged or a tensor appears twice; the staging directory is then
+// removed (the previous checkpoint stays as it was).
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info);
 
 // Removes every `checkpoint-*.tmp` and `checkpoint-*.old` directory in `out_dir` (leftovers of

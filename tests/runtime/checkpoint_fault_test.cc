@@ -172,6 +172,16 @@ TEST(CheckpointFaults, AFirstWriteKilledLeavesNothingLoadable) {
   }
 }
 
+TEST(CheckpointFaults, AFailedMergeLeavesTheOldCheckpointAndNoStaging) {
+  const std::string dir = scratch("failed-merge") + "/checkpoint-000004";
+  write_checkpoint(dir, 1);
+  write_shard(dir, 0, params(0, 2), optim(0, 2));  // rank 1's shard never comes
+  EXPECT_NE(error_of([&] { merge_shards(dir, kRanks, info_at(kStep)); }).find("missing"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(staging_dir(dir)));
+  EXPECT_EQ(loaded_value(load_checkpoint(dir)), 1);
+}
+
 TEST(CheckpointFaults, PartialsOfEarlierStepsAreRemovedAndNeverLoaded) {
   const std::string out = scratch("partials");
   fs::create_directories(out + "/checkpoint-000002.tmp");
