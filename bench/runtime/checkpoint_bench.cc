@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       auto write_new_path = [&] {
         new_w.push_back(seconds([&] {
           for (int r = 0; r < 2; ++r)
-            bw::runtime::write_shard_tensors(d_new, r, s.params[r], s.optim[r]);
+            bw::runtime::write_shard(d_new, r, s.params[r], s.optim[r]);
           bw::runtime::merge_shards(d_new, 2, info());
         }));
       };
