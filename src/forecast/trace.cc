@@ -77,6 +77,9 @@ Trace parse_trace(std::string_view text, std::string_view source) {
     }
     if (node.empty()) fail("empty node name");
     ev.node = std::string(node);
+    if (static_cast<long long>(trace.events.size()) >= kMaxTraceEvents) {
+      fail(fmt::format("more than the limit of {} events", kMaxTraceEvents));
+    }
     trace.events.push_back(std::move(ev));
   }
   std::stable_sort(trace.events.begin(), trace.events.end(),
@@ -168,10 +171,11 @@ Trace make_synthetic(const SyntheticSpec& spec) {
   }
   // Bound the events before generating any: removals ~ duration / interval (x burst size).
   const double per_failure = spec.pattern == FailurePattern::kBursts ? spec.burst_size : 1.0;
-  const double expected = spec.duration_ms / spec.interval_ms * per_failure;
+  const double expected = spec.duration_ms / spec.interval_ms * per_failure *
+                          (spec.rejoin_after_ms > 0 ? 2.0 : 1.0);
   if (!(expected <= static_cast<double>(kMaxTraceEvents))) {
     throw ConfigError(fmt::format(
-        "synthetic trace: about {:.3g} failures over {:.3g} ms, more than the limit of {}; "
+        "synthetic trace: about {:.3g} events over {:.3g} ms, more than the limit of {}; "
         "shorten --hours or lengthen the failure interval",
         expected, spec.duration_ms, kMaxTraceEvents));
   }

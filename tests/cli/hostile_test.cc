@@ -52,6 +52,14 @@ std::string fifo() {
   return p;
 }
 
+// 1 M + 1 trace events (9 MB): over the event limit, well under the file-size limit.
+std::string many_events() {
+  std::string text;
+  text.reserve(9'000'100);
+  for (int i = 0; i <= 1'000'000; ++i) text += "0,add,n\n";
+  return file("many_events.csv", text);
+}
+
 std::string profile_json(const std::string& layer_fields) {
   std::string layers;
   for (int i = 0; i < 4; ++i) {
@@ -203,6 +211,11 @@ std::vector<Case> schedule_cases() {
       {"sched_svg_is_dir", {s, "--svg", "/tmp"}, 2, "Is a directory"},
       {"sched_stdout_full", {s, "--json"}, 2, "cannot write", "/dev/full"},
       {"sched_unknown_flag", {s, "--no-such-flag"}, 2, "no-such-flag"},
+      // Huge but legal: says its cost before it starts, then runs.
+      {"sched_costly_says_so",
+       {s, "--kind", "hanayo", "--waves", "8", "--devices", "32", "--microbatches", "1400"},
+       0,
+       "note: 2150400 compute actions"},
       {"sched_not_a_number", {s, "--devices", "four"}, 2, "four"},
   };
 }
@@ -239,6 +252,8 @@ std::vector<Case> simulate_cases() {
       {"sim_trace_dev_zero", with({"--trace", "/dev/zero"}), 2, "character device"},
       {"sim_trace_fifo", with({"--trace", fifo()}), 2, "FIFO"},
       {"sim_trace_dir", with({"--trace", "/tmp"}), 2, "directory"},
+      {"sim_trace_too_many_events", with({"--trace", many_events()}), 2,
+       "more than the limit of 1000000 events"},
       {"sim_svg_full", with({"--failure-every", "10m", "--hours", "1", "--svg", "/dev/full"}), 2,
        "No space left on device"},
       {"sim_stdout_full", with({"--failure-every", "10m", "--hours", "1", "--json"}), 2,
