@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
       auto a = common;
       a.push_back(fmt::format("--devices={}", devices));
       a.push_back("--pipeline.pipelines=[2]");
+      a.push_back("--pipeline.fault_tolerance=0");
       a.push_back("--pipeline.schedule=" + kind);
       a.push_back("--pipeline.waves=1");
       return a;

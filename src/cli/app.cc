@@ -3,9 +3,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <tuple>
 
 #include "cli/registry.h"
@@ -53,7 +56,9 @@ int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every malformed command line is bad input (2), whatever
+    // CLI11's own code for it.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const ExitCode& e) {
     return e.code;
   } catch (const ConfigError& e) {
@@ -62,9 +67,28 @@ int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
   } catch (const CommError& e) {
     fmt::print(stderr, "communication error: {}\n", e.what());
     return 3;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user named cannot be created, listed or removed: bad input, not a bug.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::system_error& e) {
+    // fmt::print throws this when standard output cannot take the bytes (a full disk, a pipe).
+    const int code = e.code().value();
+    const bool output = code == ENOSPC || code == EPIPE || code == EIO || code == EDQUOT ||
+                        code == EBADF || code == EFBIG;
+    fmt::print(stderr, "{}: {}\n", output ? "error: cannot write output" : "internal error",
+               e.what());
+    return output ? 2 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "internal error: {}\n", e.what());
     return 1;
+  }
+  // Output to a full disk or a closed pipe must not end in a silent success.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "error: cannot write to standard output: {}\n",
+               errno != 0 ? std::strerror(errno) : "write error");
+    return 2;
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/checks.h"
 #include "cli/registry.h"
 #include "plan/planner.h"
 #include "plan/reconfigure.h"
@@ -112,6 +113,22 @@ void print_plan(const plan::Plan& p, const std::string& title) {
       p.step_ms, p.pipeline_ms, p.allreduce_ms, p.samples_per_s);
 }
 
+// Given overrides must be valid (not silently replaced by the cluster file's or the default).
+void check_args(const PlanArgs& a, const CLI::App& cmd) {
+  if (cmd.count("--nodes")) require_count(a.nodes, 1, plan::kMaxNodes, "--nodes");
+  if (cmd.count("--devices-per-node"))
+    require_count(a.devices_per_node, 1, plan::kMaxDevicesPerNode, "--devices-per-node");
+  if (cmd.count("--memory-gb")) require_positive(a.memory_gb, "--memory-gb");
+  if (cmd.count("--inter-node-gbps")) require_positive(a.inter_node_gbps, "--inter-node-gbps");
+  if (cmd.count("--intra-node-gbps")) require_positive(a.intra_node_gbps, "--intra-node-gbps");
+  if (cmd.count("--template-microbatches"))
+    require_count(a.template_microbatches, 1, plan::kMaxPlanMicrobatches,
+                  "--template-microbatches");
+  require_count(a.fault_tolerance, 0, plan::kMaxNodes, "--fault-tolerance");
+  require_count(a.microbatches, 1, plan::kMaxPlanMicrobatches, "--microbatches");
+  require_count(a.threads, 1, 256, "--threads");
+}
+
 void run(const PlanArgs& a) {
   plan::Profile profile = plan::load_profile(a.profile);
   plan::Cluster cluster;
@@ -195,7 +212,11 @@ void add(CLI::App& app) {
                   "1F1B model only")
       ->capture_default_str();
   sub->add_flag("--json", args->json, "print JSON instead of tables");
-  sub->callback([args] { run(*args); });
+  sub->callback([sub, args] {
+    reject_nan_values(*sub);
+    check_args(*args, *sub);
+    run(*args);
+  });
 }
 
 Registrar registrar("plan", 10, add);

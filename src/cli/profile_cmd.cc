@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "cli/checks.h"
 #include "cli/registry.h"
 #include "plan/synth.h"
 
@@ -49,7 +50,11 @@ void add(CLI::App& app) {
   s->add_option("--microbatch-size", args->microbatch_size, "samples per microbatch")
       ->capture_default_str();
   s->add_option("--output,-o", args->output, "output JSON path (default: stdout)");
-  s->callback([args] { synth(*args); });
+  s->callback([s, args] {
+    reject_nan_values(*s);
+    require_count(args->microbatch_size, 1, 1 << 20, "--microbatch-size");
+    synth(*args);
+  });
 }
 
 Registrar registrar("profile", 10, add);

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "cli/checks.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -87,7 +88,16 @@ void add_measure(CLI::App& app) {
   cmd->add_option("--seed", args->options.seed, "weight seed")->capture_default_str();
   cmd->add_option("--out,--output,-o", args->out, "profile JSON to write")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the profile JSON instead of a table");
-  cmd->callback([args] { run_measure(*args); });
+  cmd->callback([cmd, args] {
+    const auto& o = args->options;
+    require_count(o.vocab_size, 2, 1 << 20, "--vocab-size");
+    require_count(o.microbatch_size, 1, 4096, "--microbatch-size");
+    require_count(o.seq_len, 0, 1 << 16, "--seq-len");
+    require_count(o.repeats, 1, 10000, "--repeats");
+    require_count(o.warmup, 0, 10000, "--warmup");
+    require_count(o.threads, 1, 256, "--threads");
+    run_measure(*args);
+  });
 }
 
 const Registrar kRegistrar("profile measure", 20, add_measure);

@@ -1,29 +1,26 @@
 #include "core/json.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
+
+#include "core/file_io.h"
 
 namespace bw::json {
 
 Json read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("cannot open '{}' for reading", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
+  const std::string text = io::read_file(path, io::kMaxJsonBytes, "JSON file");
   try {
-    return Json::parse(buf.str());
+    return Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw ConfigError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+  } catch (const Json::exception& e) {  // out_of_range.406: a number too large for a double
+    throw ConfigError(fmt::format("'{}' is not usable JSON: {}", path, e.what()));
   }
 }
 
 void write_file(const std::string& path, const Json& doc) {
-  std::ofstream out(path);
-  if (!out) throw ConfigError(fmt::format("cannot open '{}' for writing", path));
-  out << doc.dump(2) << '\n';
+  io::write_file(path, doc.dump(2) + "\n", "JSON file");
 }
 
 static const Json& field(const Json& obj, const std::string& key, const std::string& where) {
@@ -54,7 +51,19 @@ long long get_int(const Json& obj, const std::string& key, const std::string& wh
   double d = get_number(obj, key, where);
   if (d != std::floor(d))
     throw ConfigError(fmt::format("{}: field '{}' must be an integer, got {}", where, key, d));
+  if (std::fabs(d) > kMaxExactInt)
+    throw ConfigError(fmt::format("{}: field '{}' = {} is out of range (|value| <= 2^53)", where,
+                                  key, d));
   return static_cast<long long>(d);
+}
+
+long long get_int_in(const Json& obj, const std::string& key, const std::string& where,
+                     long long lo, long long hi) {
+  const long long v = get_int(obj, key, where);
+  if (v < lo || v > hi)
+    throw ConfigError(fmt::format("{}: field '{}' = {} is out of range [{}, {}]", where, key, v,
+                                  lo, hi));
+  return v;
 }
 
 std::string get_string(const Json& obj, const std::string& key, const std::string& where) {

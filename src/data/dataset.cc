@@ -47,7 +47,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 std::shared_ptr<const ByteSource> map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // stat before open: opening a FIFO would block until a writer comes.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) {
+    throw ConfigError(fmt::format(
+        "data path '{}' is not a regular file (a FIFO, device or socket); pass a file with "
+        "--data.path=FILE",
+        path));
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw ConfigError(
         fmt::format("cannot open data file '{}': {}; pass an existing file with "

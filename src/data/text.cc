@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 
 namespace bw::data {
@@ -43,11 +44,8 @@ std::vector<fs::path> corpus_files(const std::string& dir) {
 TokenDataset open_text_directory(const std::string& path) {
   std::string text;
   for (const auto& f : corpus_files(path)) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw ConfigError(fmt::format("cannot read data file '{}'", f.string()));
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    text += buf.str();
+    const int64_t left = io::kMaxCorpusBytes - static_cast<int64_t>(text.size());
+    text += io::read_file(f.string(), left, "data file (the corpus limit counts every file)");
   }
   if (text.empty()) {
     throw ConfigError(

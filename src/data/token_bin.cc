@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 
 namespace bw::data {
@@ -84,10 +85,7 @@ void write_token_bin(const std::string& path, const std::vector<uint16_t>& token
     out[2 * i] = static_cast<char>(tokens[i] & 0xff);
     out[2 * i + 1] = static_cast<char>(tokens[i] >> 8);
   }
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw ConfigError(fmt::format("cannot open '{}' for writing", path));
-  f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-  if (!f) throw ConfigError(fmt::format("cannot write '{}'", path));
+  io::write_file(path, buf, "token file");
 }
 
 }  // namespace bw::data

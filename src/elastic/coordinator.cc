@@ -24,6 +24,8 @@
 #include "elastic/supervisor.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
+#include "runtime/out_dir_lock.h"
+#include "runtime/resume_check.h"
 #include "runtime/log.h"
 
 namespace bw::elastic {
@@ -172,6 +174,7 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   if (!config.train.resume.empty()) {
     auto ckpt = runtime::load_checkpoint(config.train.resume);
     check_checkpoint_matches(ckpt, model, config.model.seed, config.train.resume);
+    runtime::check_resume(config, ckpt.info, config.train.resume);
     const auto& info = ckpt.info;
     first_step = static_cast<int>(info.step);
     resume = config.train.resume;
@@ -182,7 +185,9 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     }
   }
 
-  fs::create_directories(config.train.out_dir);
+  // One run per out_dir: a second one is refused with the first one's pid.
+  const auto out_lock = runtime::OutDirLock::acquire(config.train.out_dir);
+  runtime::remove_partial_checkpoints(config.train.out_dir);  // leftovers of an interrupted run
   {
     std::ofstream toml(fs::path(config.train.out_dir) / "config.toml");
     toml << runtime::to_toml(config, /*with_comments=*/false);

@@ -32,20 +32,10 @@ int64_t counter(c10d::Store& store, const std::string& key) { return store.add(k
 
 // The newest complete checkpoint under out_dir: (steps done, sidecar), or (-1, "").
 std::pair<int, std::string> last_checkpoint(const std::string& out_dir) {
-  std::pair<int, std::string> best{-1, ""};
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-    const auto name = e.path().filename().string();
-    if (name.rfind("checkpoint-", 0) != 0) continue;
-    const auto sidecar = e.path() / "checkpoint.json";
-    if (!fs::exists(sidecar)) continue;
-    try {
-      const int step = std::stoi(name.substr(11));
-      if (step > best.first) best = {step, sidecar.string()};
-    } catch (const std::exception&) {
-    }
-  }
-  return best;
+  int steps = -1;
+  const auto path = runtime::latest_checkpoint(out_dir, &steps);
+  if (path.empty()) return {-1, ""};
+  return {steps, path};
 }
 
 }  // namespace
@@ -452,7 +442,9 @@ void Supervisor::poll_quiesce() {
         if (on_checkpoint) on_checkpoint(steps_done, world, run_);
       } else {
         std::error_code ec;
-        fs::remove_all(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done), ec);
+        fs::remove_all(
+            runtime::staging_dir(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done)),
+            ec);
         runtime::log(runtime::LogLevel::kWarn,
                      "checkpoint at step {} dropped: a failure interrupted its shards",
                      steps_done);
@@ -562,7 +554,7 @@ void Supervisor::stop(const std::string& why) {
   if (lost.empty() && !by_writer.empty()) {
     save_dir_ = runtime::checkpoint_dir(ctx_.config.train.out_dir, committed_);
     std::error_code ec;
-    fs::remove_all(save_dir_, ec);
+    fs::remove_all(runtime::staging_dir(save_dir_), ec);
     nlohmann::json shards = nlohmann::json::object();
     int index = 0;
     save_writers_.clear();

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace bw::forecast {
 namespace {
@@ -76,6 +77,9 @@ Trace parse_trace(std::string_view text, std::string_view source) {
     }
     if (node.empty()) fail("empty node name");
     ev.node = std::string(node);
+    if (static_cast<long long>(trace.events.size()) >= kMaxTraceEvents) {
+      fail(fmt::format("more than the limit of {} events", kMaxTraceEvents));
+    }
     trace.events.push_back(std::move(ev));
   }
   std::stable_sort(trace.events.begin(), trace.events.end(),
@@ -84,11 +88,7 @@ Trace parse_trace(std::string_view text, std::string_view source) {
 }
 
 Trace read_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("cannot open trace '{}' for reading", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parse_trace(buf.str(), path);
+  return parse_trace(io::read_file(path, io::kMaxTableBytes, "failure trace"), path);
 }
 
 std::string format_trace(const Trace& trace) {
@@ -164,6 +164,20 @@ Trace make_synthetic(const SyntheticSpec& spec) {
       (spec.burst_size <= 0 || spec.burst_window_ms < 0)) {
     throw ConfigError(fmt::format("bursts need --burst-size > 0 and a window >= 0 (got {}, {} ms)",
                                   spec.burst_size, spec.burst_window_ms));
+  }
+  if (spec.nodes > kMaxTraceNodes) {
+    throw ConfigError(fmt::format("synthetic trace: {} nodes, more than the limit of {}",
+                                  spec.nodes, kMaxTraceNodes));
+  }
+  // Bound the events before generating any: removals ~ duration / interval (x burst size).
+  const double per_failure = spec.pattern == FailurePattern::kBursts ? spec.burst_size : 1.0;
+  const double expected = spec.duration_ms / spec.interval_ms * per_failure *
+                          (spec.rejoin_after_ms > 0 ? 2.0 : 1.0);
+  if (!(expected <= static_cast<double>(kMaxTraceEvents))) {
+    throw ConfigError(fmt::format(
+        "synthetic trace: about {:.3g} events over {:.3g} ms, more than the limit of {}; "
+        "shorten --hours or lengthen the failure interval",
+        expected, spec.duration_ms, kMaxTraceEvents));
   }
   std::mt19937_64 rng(spec.seed);
   Trace trace;

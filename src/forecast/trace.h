@@ -47,6 +47,12 @@ void validate_trace(const Trace& trace);
 
 enum class FailurePattern { kFixed, kPoisson, kBursts };
 
+// Limits of make_synthetic, checked before anything is generated (docs/forecast.md).
+inline constexpr int kMaxTraceNodes = 100000;
+// Events of one trace (read or synthetic); replay time grows with about the square of the
+// events (~35 s for 300 k events on one core), so more would run for hours.
+inline constexpr long long kMaxTraceEvents = 1'000'000;
+
 struct SyntheticSpec {
   FailurePattern pattern = FailurePattern::kFixed;
   int nodes = 32;  // added at time 0, named node1..nodeN
@@ -59,7 +65,7 @@ struct SyntheticSpec {
   std::uint64_t seed = 1;
 };
 
-// A synthetic trace; ConfigError for non-positive sizes or intervals.
+// A synthetic trace; ConfigError for non-positive sizes or intervals, or beyond the limits above.
 Trace make_synthetic(const SyntheticSpec& spec);
 
 // "10m", "90s", "2h", "1500ms" or a bare number of seconds, in milliseconds; ConfigError naming

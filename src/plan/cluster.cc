@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace bw::plan {
 
 double Cluster::transfer_ms(double bytes, bool same_node) const {
@@ -10,18 +12,21 @@ double Cluster::transfer_ms(double bytes, bool same_node) const {
 }
 
 void validate(const Cluster& c) {
-  if (c.num_nodes < 1)
-    throw ConfigError(fmt::format("cluster: nodes must be >= 1, got {}", c.num_nodes));
-  if (c.devices_per_node < 1)
+  if (c.num_nodes < 1 || c.num_nodes > kMaxNodes)
     throw ConfigError(
-        fmt::format("cluster: devices per node must be >= 1, got {}", c.devices_per_node));
-  if (!(c.device_memory_gb > 0))
+        fmt::format("cluster: nodes must be in [1, {}], got {}", kMaxNodes, c.num_nodes));
+  if (c.devices_per_node < 1 || c.devices_per_node > kMaxDevicesPerNode)
+    throw ConfigError(fmt::format("cluster: devices per node must be in [1, {}], got {}",
+                                  kMaxDevicesPerNode, c.devices_per_node));
+  if (!(c.device_memory_gb > 0) || !std::isfinite(c.device_memory_gb))
+    throw ConfigError(fmt::format("cluster: device memory must be a finite number > 0 GB, got {}",
+                                  c.device_memory_gb));
+  if (!(c.intra_node_gbps > 0) || !(c.inter_node_gbps > 0) || !std::isfinite(c.intra_node_gbps) ||
+      !std::isfinite(c.inter_node_gbps))
     throw ConfigError(
-        fmt::format("cluster: device memory must be > 0 GB, got {}", c.device_memory_gb));
-  if (!(c.intra_node_gbps > 0) || !(c.inter_node_gbps > 0))
-    throw ConfigError(fmt::format("cluster: bandwidths must be > 0 Gbit/s, got intra {} inter {}",
-                                  c.intra_node_gbps, c.inter_node_gbps));
-  if (!(c.latency_us >= 0))
+        fmt::format("cluster: bandwidths must be finite numbers > 0 Gbit/s, got intra {} inter {}",
+                    c.intra_node_gbps, c.inter_node_gbps));
+  if (!(c.latency_us >= 0) || !std::isfinite(c.latency_us))
     throw ConfigError(fmt::format("cluster: latency must be >= 0 us, got {}", c.latency_us));
 }
 
@@ -42,8 +47,9 @@ Cluster parse_cluster(const json::Json& doc, const std::string& where) {
                                     fmt::join(known, ", ")));
   }
   Cluster c;
-  c.num_nodes = static_cast<int>(json::get_int(doc, "nodes", where));
-  c.devices_per_node = static_cast<int>(json::get_int(doc, "devices_per_node", where));
+  c.num_nodes = static_cast<int>(json::get_int_in(doc, "nodes", where, 1, kMaxNodes));
+  c.devices_per_node =
+      static_cast<int>(json::get_int_in(doc, "devices_per_node", where, 1, kMaxDevicesPerNode));
   c.device_memory_gb = json::get_number(doc, "device_memory_gb", where);
   if (doc.contains("intra_node_gbps"))
     c.intra_node_gbps = json::get_number(doc, "intra_node_gbps", where);

@@ -11,6 +11,10 @@
 
 namespace bw::plan {
 
+// Limits checked by validate (docs/planning.md): larger clusters are refused before planning.
+inline constexpr int kMaxNodes = 4096;
+inline constexpr int kMaxDevicesPerNode = 64;
+
 struct Cluster {
   int num_nodes = 1;
   int devices_per_node = 1;
@@ -24,7 +28,8 @@ struct Cluster {
   double transfer_ms(double bytes, bool same_node) const;
 };
 
-// Throws ConfigError naming the field and the fix.
+// Throws ConfigError naming the field and the fix: counts within the limits above, memory and
+// bandwidths finite and > 0, latency finite and >= 0.
 void validate(const Cluster& cluster);
 Cluster parse_cluster(const json::Json& doc, const std::string& where = "cluster");
 Cluster load_cluster(const std::string& path);

@@ -3,11 +3,14 @@
 
 #include "plan/plan.h"
 
+#include <limits>
+
 namespace bw::plan {
 namespace {
 
 int get_int(const json::Json& j, const char* key, const std::string& where) {
-  return static_cast<int>(json::get_int(j, key, where));
+  return static_cast<int>(json::get_int_in(j, key, where, std::numeric_limits<int>::min(),
+                                           std::numeric_limits<int>::max()));
 }
 
 const json::Json& get_array(const json::Json& j, const char* key, const std::string& where) {

@@ -104,8 +104,9 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
   validate(cluster);
   if (fault_tolerance < 0)
     throw ConfigError(fmt::format("fault tolerance must be >= 0, got {}", fault_tolerance));
-  if (microbatches < 1)
-    throw ConfigError(fmt::format("microbatches must be >= 1, got {}", microbatches));
+  if (microbatches < 1 || microbatches > kMaxPlanMicrobatches)
+    throw ConfigError(fmt::format("microbatches must be in [1, {}], got {}", kMaxPlanMicrobatches,
+                                  microbatches));
   if (options.template_microbatches && *options.template_microbatches < 1)
     throw ConfigError(
         fmt::format("template microbatches must be >= 1, got {}", *options.template_microbatches));

@@ -13,6 +13,9 @@
 
 namespace bw::plan {
 
+// Most microbatches per global batch make_plan accepts (docs/planning.md).
+inline constexpr int kMaxPlanMicrobatches = 1 << 20;
+
 struct PlannerOptions {
   std::optional<int> template_microbatches;  // m; default as above
   double state_bytes_per_param_byte = 4;
@@ -27,7 +30,8 @@ struct PlanResult {
 };
 
 // Throws ConfigError with the numbers and the fix when the model does not fit on the cluster,
-// the fault tolerance is too high for it, or there are too few microbatches.
+// the fault tolerance is too high for it (see instantiate.h), or the microbatches are too few or more
+// than kMaxPlanMicrobatches.
 PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_tolerance,
                      int microbatches, const PlannerOptions& options = {});
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace bw::plan {
 namespace {
 
@@ -35,9 +37,8 @@ Profile parse_profile(const json::Json& doc, const std::string& where) {
   reject_unknown(doc, kTopKeys, where);
   Profile p;
   p.model = json::get_string(doc, "model", where);
-  long long mbs = json::get_int(doc, "microbatch_size", where);
-  if (mbs < 1)
-    throw ConfigError(fmt::format("{}: field 'microbatch_size' must be >= 1, got {}", where, mbs));
+  long long mbs =
+      json::get_int_in(doc, "microbatch_size", where, 1, kMaxProfileMicrobatchSize);
   p.microbatch_size = static_cast<int>(mbs);
   if (doc.contains("device")) p.device = json::get_string(doc, "device", where);
   if (doc.contains("cluster")) p.cluster = json::get_string(doc, "cluster", where);
@@ -49,6 +50,10 @@ Profile parse_profile(const json::Json& doc, const std::string& where) {
   if (layers.empty())
     throw ConfigError(
         fmt::format("{}: 'layers' is empty; a profile needs at least one layer", where));
+  if (layers.size() > static_cast<size_t>(kMaxProfileLayers))
+    throw ConfigError(fmt::format("{}: {} layers, more than the limit of {}", where,
+                                  layers.size(), kMaxProfileLayers));
+  double total_ms = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     std::string lw = fmt::format("{}: layer {}", where, i);
@@ -71,8 +76,14 @@ Profile parse_profile(const json::Json& doc, const std::string& where) {
     lp.activation_bytes = json::get_non_negative(l, "activation_bytes", lw);
     lp.output_bytes = json::get_non_negative(l, "output_bytes", lw);
     lp.param_bytes = json::get_non_negative(l, "param_bytes", lw);
+    total_ms += lp.forward_ms + lp.backward_ms;
     p.layers.push_back(std::move(lp));
   }
+  if (!(total_ms > 0) || !std::isfinite(total_ms))
+    throw ConfigError(fmt::format(
+        "{}: every layer has forward_ms = backward_ms = 0 (or the sum overflows); a profile needs "
+        "positive times (measure one with `breakwater profile measure`)",
+        where));
   return p;
 }
 

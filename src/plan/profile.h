@@ -7,7 +7,8 @@
 // ConfigError naming the layer and the field.
 //
 // Invariants after loading: at least one layer; every number finite and >= 0; when one of
-// backward_input_ms / backward_weight_ms is given the other is too.
+// backward_input_ms / backward_weight_ms is given the other is too; at most kMaxProfileLayers
+// layers; the model's forward + backward time is > 0.
 #pragma once
 
 #include <optional>
@@ -17,6 +18,10 @@
 #include "core/json.h"
 
 namespace bw::plan {
+
+// Limits checked by parse_profile (docs/profiles.md).
+inline constexpr int kMaxProfileLayers = 4096;
+inline constexpr int kMaxProfileMicrobatchSize = 1 << 20;
 
 struct LayerProfile {
   std::string name;

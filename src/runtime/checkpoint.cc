@@ -7,12 +7,17 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
+#include "runtime/fault_points.h"
 
 namespace bw::runtime {
 namespace fs = std::filesystem;
@@ -51,25 +56,35 @@ const DtypeInfo* find_dtype(const std::string& name) {
   throw ConfigError(fmt::format("safetensors file '{}' is truncated or corrupt: {}", path, what));
 }
 
-void write_all(std::ofstream& out, const void* data, int64_t bytes, const std::string& path) {
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out) throw ConfigError(fmt::format("cannot write '{}' (disk full?)", path));
-}
+// Checked a * b for non-negative int64 values; false on overflow.
+bool mul_ok(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
-// Writes through a temporary file renamed into place at the end.
+// Writes through `path.tmp` renamed into place at the end; the .tmp is removed if anything
+// fails. `body` writes through the FileWriter; the caller knows the file's digest.
 template <class Fn>
-void write_atomically(const std::string& path, Fn&& body) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw ConfigError(fmt::format("cannot open '{}' for writing", tmp));
-    body(out, tmp);
-    out.flush();
-    if (!out) throw ConfigError(fmt::format("cannot write '{}' (disk full?)", tmp));
+void write_atomically(const std::string& path, bool sync, Fn&& body) {
+  const std::string tmp = path + ".tmp";
+  try {
+    io::FileWriter out(tmp, "checkpoint file");
+    fault_point("file:opened");
+    body(out);
+    fault_point("file:written");
+    if (sync) out.sync();
+    out.close();
+    fault_point("file:synced");
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) throw ConfigError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw ConfigError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
+  }
+  if (sync) io::sync_directory(fs::path(path).parent_path().string());
+  fault_point("file:renamed");
 }
 
 }  // namespace
@@ -85,8 +100,8 @@ std::string safetensors_dtype(torch::ScalarType type) {
   throw ConfigError(fmt::format("dtype {} has no safetensors equivalent", c10::toString(type)));
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors,
+                            const std::map<std::string, std::string>& metadata, bool sync) {
   struct Entry {
     std::string name;
     torch::Tensor data;  // CPU, contiguous
@@ -106,35 +121,44 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     return a.elem_bytes != b.elem_bytes ? a.elem_bytes > b.elem_bytes : a.name < b.name;
   });
   Json header = Json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t offset = 0;
+  uint32_t data_crc = 0;
   for (const auto& e : entries) {
     int64_t bytes = e.data.numel() * e.elem_bytes;
     header[e.name] = {{"dtype", safetensors_dtype(e.data.scalar_type())},
                       {"shape", e.data.sizes().vec()},
                       {"data_offsets", {offset, offset + bytes}}};
+    data_crc = crc32c_extend(data_crc, e.data.data_ptr(), static_cast<size_t>(bytes));
     offset += bytes;
   }
+  auto meta = metadata;
+  meta[kDataCrcKey] = crc32c_hex(data_crc);
+  header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   uint64_t n = text.size();
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
-  write_atomically(path, [&](std::ofstream& out, const std::string& tmp) {
-    write_all(out, len, 8, tmp);
-    write_all(out, text.data(), static_cast<int64_t>(text.size()), tmp);
-    for (const auto& e : entries) {
-      write_all(out, e.data.data_ptr(), e.data.numel() * e.elem_bytes, tmp);
+  write_atomically(path, sync, [&](io::FileWriter& out) {
+    out.write(len, 8);
+    out.write(text.data(), text.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& e = entries[i];
+      out.write(e.data.data_ptr(), static_cast<size_t>(e.data.numel() * e.elem_bytes));
+      if (i == entries.size() / 2) fault_point("file:half");
     }
   });
+  // The whole file's CRC from its parts: no second pass over the data.
+  const uint32_t head_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());
+  return {static_cast<int64_t>(8 + text.size()) + offset,
+          crc32c_combine(head_crc, data_crc, static_cast<size_t>(offset))};
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  const int64_t file_bytes =
+      io::require_regular_file(path, std::numeric_limits<int64_t>::max(), "checkpoint file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("cannot open checkpoint file '{}'", path));
-  std::error_code ec;
-  auto file_bytes = static_cast<int64_t>(fs::file_size(path, ec));
-  if (ec) throw ConfigError(fmt::format("cannot stat '{}': {}", path, ec.message()));
   if (file_bytes < 8)
     corrupt(path, fmt::format("{} bytes, fewer than the 8-byte header length", file_bytes));
   unsigned char len[8];
@@ -147,10 +171,11 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) corrupt(path, "cannot read the header");
+  uint32_t file_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());
   Json header;
   try {
     header = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     corrupt(path, fmt::format("header is not valid JSON ({})", e.what()));
   }
   if (!header.is_object()) corrupt(path, "header is not a JSON object");
@@ -161,6 +186,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   struct Span {
     int64_t begin, end;
     std::string name;
+    const DtypeInfo* dtype;
+    std::vector<int64_t> shape;
   };
   std::vector<Span> spans;
   for (const auto& [name, entry] : header.items()) {
@@ -185,28 +212,28 @@ SafetensorsFile load_safetensors(const std::string& path) {
     int64_t numel = 1;
     for (const auto& d : entry["shape"]) {
       if (!d.is_number_unsigned()) corrupt(path, where + " has a non-integer dimension");
-      shape.push_back(d.get<int64_t>());
-      numel *= shape.back();
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          !mul_ok(numel, static_cast<int64_t>(dim), numel)) {
+        corrupt(path, fmt::format("{} has shape {} whose size overflows", where,
+                                  entry["shape"].dump()));
+      }
+      shape.push_back(static_cast<int64_t>(dim));
     }
     const auto& off = entry["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      corrupt(path, where + " has non-integer data_offsets");
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
+        off[0].get<uint64_t>() > static_cast<uint64_t>(data_bytes) ||
+        off[1].get<uint64_t>() > static_cast<uint64_t>(data_bytes)) {
+      corrupt(path, fmt::format("{} has data_offsets {} outside the {} data bytes of the file",
+                                where, off.dump(), data_bytes));
     }
     int64_t begin = off[0].get<int64_t>(), end = off[1].get<int64_t>();
-    if (end < begin || end - begin != numel * dt->bytes) {
+    int64_t need = 0;
+    if (!mul_ok(numel, dt->bytes, need) || end < begin || end - begin != need) {
       corrupt(path, fmt::format("{} ({} x {}) needs {} bytes but data_offsets are [{}, {}]", where,
-                                dt->name, entry["shape"].dump(), numel * dt->bytes, begin, end));
+                                dt->name, entry["shape"].dump(), need, begin, end));
     }
-    if (end > data_bytes) {
-      corrupt(path, fmt::format("{} ends at data byte {} but the file holds only {} data bytes",
-                                where, end, data_bytes));
-    }
-    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dt->type));
-    in.seekg(data_start + begin);
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin));
-    if (!in) corrupt(path, where + " cannot be read");
-    result.tensors[name] = t;
-    spans.push_back({begin, end, name});
+    spans.push_back({begin, end, name, dt, std::move(shape)});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -224,22 +251,45 @@ SafetensorsFile load_safetensors(const std::string& path) {
     corrupt(path,
             fmt::format("tensors cover {} data bytes but the file holds {}", covered, data_bytes));
   }
+  // The layout is sound and fits the file: now allocate and read, in file order.
+  uint32_t data_crc = 0;
+  for (const auto& s : spans) {
+    torch::Tensor t = torch::empty(s.shape, torch::TensorOptions().dtype(s.dtype->type));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(s.end - s.begin));
+    if (!in) corrupt(path, fmt::format("tensor '{}' cannot be read", s.name));
+    const auto bytes = static_cast<size_t>(s.end - s.begin);
+    data_crc = crc32c_extend(data_crc, t.data_ptr(), bytes);
+    result.tensors[s.name] = t;
+  }
+  if (auto it = result.metadata.find(kDataCrcKey); it != result.metadata.end()) {
+    if (it->second != crc32c_hex(data_crc)) {
+      corrupt(path, fmt::format("the data's CRC-32C is {} but the header records {} (the file "
+                                "was damaged after it was written)",
+                                crc32c_hex(data_crc), it->second));
+    }
+  }
+  result.digest = {file_bytes,
+                   crc32c_combine(file_crc, data_crc, static_cast<size_t>(data_bytes))};
   return result;
 }
 
 void write_sidecar(const std::string& path, const CheckpointInfo& info) {
+  Json files = Json::object();
+  for (const auto& [name, d] : info.files) {
+    files[name] = {{"bytes", d.bytes}, {"crc32c", crc32c_hex(d.crc32c)}};
+  }
   Json doc = {{"format", "breakwater-checkpoint"},
-              {"version", 1},
+              {"version", 2},
               {"step", info.step},
               {"next_sample", info.next_sample},
               {"weights", info.weights},
               {"optimizer", info.optimizer},
               {"config", info.config_toml},
-              {"extra", info.extra}};
+              {"extra", info.extra},
+              {"files", files}};
   std::string text = doc.dump(2) + "\n";
-  write_atomically(path, [&](std::ofstream& out, const std::string& tmp) {
-    write_all(out, text.data(), static_cast<int64_t>(text.size()), tmp);
-  });
+  write_atomically(path, /*sync=*/true,
+                   [&](io::FileWriter& out) { out.write(text.data(), text.size()); });
 }
 
 CheckpointInfo read_sidecar(const std::string& path) {
@@ -252,8 +302,9 @@ CheckpointInfo read_sidecar(const std::string& path) {
                     where));
   }
   long long version = json::get_int(doc, "version", where);
-  if (version != 1) {
-    throw ConfigError(fmt::format("{} has version {}; this build reads version 1", where, version));
+  if (version != 1 && version != 2) {
+    throw ConfigError(
+        fmt::format("{} has version {}; this build reads versions 1 and 2", where, version));
   }
   CheckpointInfo info;
   info.step = json::get_int(doc, "step", where);
@@ -266,6 +317,29 @@ CheckpointInfo read_sidecar(const std::string& path) {
   info.optimizer = json::get_string(doc, "optimizer", where);
   info.config_toml = json::get_string(doc, "config", where);
   if (doc.contains("extra")) info.extra = doc["extra"];
+  if (version >= 2) {
+    if (!doc.contains("files") || !doc["files"].is_object()) {
+      throw ConfigError(fmt::format("{}: version 2 needs a \"files\" object", where));
+    }
+    for (const auto& [name, d] : doc["files"].items()) {
+      const std::string w = fmt::format("{}: files.{}", where, name);
+      FileDigest digest;
+      digest.bytes = json::get_int_in(d, "bytes", w, 0, std::numeric_limits<int64_t>::max());
+      const std::string hex = json::get_string(d, "crc32c", w);
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(hex.c_str(), &end, 16);
+      if (hex.size() != 8 || end != hex.c_str() + hex.size()) {
+        throw ConfigError(fmt::format("{}: crc32c '{}' is not 8 hex digits", w, hex));
+      }
+      digest.crc32c = static_cast<uint32_t>(v);
+      info.files[name] = digest;
+    }
+    for (const auto& f : {info.weights, info.optimizer}) {
+      if (info.files.count(f) == 0) {
+        throw ConfigError(fmt::format("{}: \"files\" has no digest for '{}'", where, f));
+      }
+    }
+  }
   return info;
 }
 

@@ -12,9 +12,16 @@
 //   the rest   raw little-endian C-order tensor data; offsets are relative to the start of this
 //              buffer and tile it exactly (no holes, no overlaps), largest dtype first, then by
 //              name, as the reference implementation writes them
-// The reader checks all of this and reports a truncated or corrupt file as a ConfigError naming
-// the file and the numbers. Writes go to a temporary file renamed into place, so a crash never
-// leaves a half-written checkpoint under the final name.
+// The reader checks all of this before allocating any tensor (a file must be a regular file;
+// shapes and offsets are checked with overflow-safe arithmetic against the file size) and
+// reports a truncated or corrupt file as a ConfigError naming the file and the numbers.
+//
+// Integrity: save_safetensors stores the CRC-32C of the data buffer in the header metadata
+// ("crc32c", 8 hex digits) and returns the CRC-32C and size of the whole file; the reader checks
+// the data CRC when the key is present (files from other writers load unchecked) and returns the
+// whole-file CRC, which checkpoint sidecars record per file (version 2) and load_checkpoint
+// compares. Writes go to `path.tmp`, are fsynced (unless sync = false) and renamed into place, so
+// a crash never leaves a half-written file under the final name; a failed write removes the .tmp.
 //
 // Thread-safety: the functions are independent; concurrent writes to one path are not supported.
 #pragma once
@@ -38,13 +45,26 @@ std::string checkpoint_tensor_name(int layer, const std::string& param);
 // "F32", "I64", ... for the dtypes safetensors defines; ConfigError for others.
 std::string safetensors_dtype(torch::ScalarType type);
 
-// Writes `tensors` (any device, any strides; names unique and non-empty) with string metadata.
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+// Size and CRC-32C of a whole file.
+struct FileDigest {
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+  bool operator==(const FileDigest&) const = default;
+};
+
+// The metadata key holding the CRC-32C of the data buffer (reserved: save_safetensors sets it).
+inline constexpr const char* kDataCrcKey = "crc32c";
+
+// Writes `tensors` (any device, any strides; names unique and non-empty) with string metadata;
+// with `sync`, fsyncs the file and its directory before returning. Returns the file's digest.
+FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors,
+                            const std::map<std::string, std::string>& metadata = {},
+                            bool sync = true);
 
 struct SafetensorsFile {
   std::map<std::string, torch::Tensor> tensors;  // CPU, contiguous
   std::map<std::string, std::string> metadata;
+  FileDigest digest;  // of the whole file as read
 };
 SafetensorsFile load_safetensors(const std::string& path);
 
@@ -55,11 +75,16 @@ struct CheckpointInfo {
   std::string optimizer;    // safetensors file of the optimizer state, relative to the sidecar
   std::string config_toml;  // the resolved run config (to_toml)
   nlohmann::json extra = nlohmann::json::object();  // anything else (generation, plan, ...)
+  // Digest of each tensor file, by its name as stored in `weights` / `optimizer` (version 2;
+  // empty when read from a version-1 sidecar, whose files load unverified).
+  std::map<std::string, FileDigest> files;
   bool operator==(const CheckpointInfo&) const = default;
 };
 
-// The sidecar is {"format": "breakwater-checkpoint", "version": 1, "step", "next_sample",
-// "weights", "optimizer", "config", "extra"}; reading checks format and version.
+// The sidecar is {"format": "breakwater-checkpoint", "version": 2, "step", "next_sample",
+// "weights", "optimizer", "config", "extra", "files": {name: {"bytes", "crc32c"}}}; reading
+// checks format and version (1 and 2 are read; version 1 has no "files"). Written durably
+// (tmp, fsync, rename, fsync of the directory).
 void write_sidecar(const std::string& path, const CheckpointInfo& info);
 CheckpointInfo read_sidecar(const std::string& path);
 // Path of `file` (as stored in a sidecar) relative to the sidecar's directory.

@@ -1,17 +1,100 @@
 #include "runtime/checkpointing.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>  // AT_FDCWD
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "runtime/fault_points.h"
+#include "runtime/resume_check.h"
 
 namespace bw::runtime {
 namespace fs = std::filesystem;
 namespace {
 
-std::string shard_path(const std::string& dir, int rank, const char* kind) {
-  return (fs::path(dir) / fmt::format("shard-{}.{}.safetensors", rank, kind)).string();
+constexpr const char* kSidecar = "checkpoint.json";
+
+std::string shard_name(int rank, const char* kind) {
+  return fmt::format("shard-{}.{}.safetensors", rank, kind);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The step of "checkpoint-000040", "checkpoint-000040.tmp" or ".old"; -1 for other names.
+int64_t step_of(const std::string& name) {
+  const std::string prefix = "checkpoint-";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  size_t i = prefix.size(), j = i;
+  while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
+  if (j == i || j - i > 12) return -1;
+  return std::stoll(name.substr(i, j - i));
+}
+
+bool is_partial(const std::string& name) {
+  return step_of(name) >= 0 && (ends_with(name, ".tmp") || ends_with(name, ".old"));
+}
+
+void remove_dir(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("cannot remove '{}': {}", p.string(), ec.message()));
+  }
+}
+
+// Makes `staging` appear as `dir` in one step (see checkpointing.h).
+void publish(const fs::path& staging, const fs::path& dir) {
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::rename(staging, dir, ec);
+    if (ec) {
+      throw ConfigError(fmt::format("cannot rename '{}' to '{}': {}", staging.string(),
+                                    dir.string(), ec.message()));
+    }
+    fault_point("publish:renamed");
+  } else if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fault_point("publish:exchanged");  // staging now holds the old checkpoint
+    io::sync_directory(parent.string());
+    remove_dir(staging);
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    const fs::path old = dir.string() + ".old";
+    remove_dir(old);
+    fs::rename(dir, old, ec);
+    if (!ec) fault_point("publish:old-moved");
+    if (!ec) fs::rename(staging, dir, ec);
+    if (ec) {
+      throw ConfigError(fmt::format("cannot replace '{}' with '{}': {}", dir.string(),
+                                    staging.string(), ec.message()));
+    }
+    fault_point("publish:renamed");
+    io::sync_directory(parent.string());
+    remove_dir(old);
+  } else {
+    throw ConfigError(fmt::format("cannot replace '{}' with '{}': {}", dir.string(),
+                                  staging.string(), std::strerror(errno)));
+  }
+  io::sync_directory(parent.string());
+  fault_point("publish:done");
+}
+
+// Leftovers of interrupted writes of earlier steps (never of this one or later: those may be in
+// progress).
+void remove_earlier_partials(const fs::path& parent, int64_t step) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_partial(name) && step_of(name) < step) remove_dir(e.path());
+  }
 }
 
 }  // namespace
@@ -20,23 +103,64 @@ std::string checkpoint_dir(const std::string& out_dir, int steps_done) {
   return (fs::path(out_dir) / fmt::format("checkpoint-{:06d}", steps_done)).string();
 }
 
-void write_shard(const Worker& worker, const std::string& dir) {
-  write_shard(dir, worker.rank(), worker.owned_parameters(), worker.owned_optimizer_state());
+std::string staging_dir(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d + ".tmp";
 }
 
-void write_shard(const std::string& dir, int shard, const NamedTensors& params,
-                 const NamedTensors& optimizer_state) {
-  fs::create_directories(dir);
-  save_safetensors(shard_path(dir, shard, "model"), params);
-  save_safetensors(shard_path(dir, shard, "optimizer"), optimizer_state);
+void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
+                         const NamedTensors& optimizer_state) {
+  const fs::path staging = staging_dir(dir);
+  std::error_code ec;
+  fs::create_directories(staging, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("cannot create checkpoint directory '{}': {}; check "
+                                  "train.out_dir",
+                                  staging.string(), ec.message()));
+  }
+  // Shards are not fsynced: they are verified by their CRC when merged, and only the merged,
+  // fsynced files are ever published.
+  save_safetensors((staging / shard_name(shard, "model")).string(), parameters, {}, false);
+  save_safetensors((staging / shard_name(shard, "optimizer")).string(), optimizer_state, {},
+                   false);
 }
+
+void write_shard(const Worker& worker, const std::string& dir) {
+  write_shard(dir, worker.rank(), worker.owned_parameters(),
+                      worker.owned_optimizer_state());
+}
+
+namespace {
+
+std::string merge_and_publish(const fs::path& staging, int world_size, CheckpointInfo info);
+
+}  // namespace
 
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info) {
+  const fs::path staging = staging_dir(dir);
+  try {
+    return merge_and_publish(staging, world_size, std::move(info));
+  } catch (const ConfigError&) {
+    // A failed merge (a missing or damaged shard, a full disk) leaves no partial directory; the
+    // previous checkpoint, if any, is untouched.
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+namespace {
+
+std::string merge_and_publish(const fs::path& staging, int world_size, CheckpointInfo info) {
+  const std::string dir = staging.string().substr(0, staging.string().size() - 4);
+  std::set<std::string> keep = {kSidecar};
+  info.files.clear();
   for (const char* kind : {"model", "optimizer"}) {
     NamedTensors merged;
     std::map<std::string, int> seen;
     for (int r = 0; r < world_size; ++r) {
-      const auto path = shard_path(dir, r, kind);
+      const auto path = (staging / shard_name(r, kind)).string();
       if (!fs::exists(path)) {
         throw ConfigError(fmt::format("checkpoint shard {} is missing", path));
       }
@@ -50,32 +174,139 @@ std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo 
       }
     }
     const std::string file = fmt::format("{}.safetensors", kind);
-    save_safetensors((fs::path(dir) / file).string(), merged,
-                     {{"format", "breakwater"}, {"step", std::to_string(info.step)}});
-    for (int r = 0; r < world_size; ++r) fs::remove(shard_path(dir, r, kind));
+    // Synced below, after the shards are gone: on ext4 (data=ordered) an fsync commits the
+    // journal and with it the dirty pages of every file it touches, so syncing while the shards
+    // exist would write them to disk too, only to delete them (twice the disk traffic).
+    info.files[file] = save_safetensors((staging / file).string(), merged,
+                                        {{"format", "breakwater"},
+                                         {"step", std::to_string(info.step)}},
+                                        /*sync=*/false);
+    keep.insert(file);
+    fault_point(std::string(kind) == "model" ? "merge:model" : "merge:optimizer");
     if (std::string(kind) == "model") {
       info.weights = file;
     } else {
       info.optimizer = file;
     }
   }
-  const auto sidecar = (fs::path(dir) / "checkpoint.json").string();
-  write_sidecar(sidecar, info);
-  return sidecar;
+  // Shards, and anything an interrupted earlier attempt left here.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(staging, ec)) {
+    if (keep.count(e.path().filename().string()) == 0) remove_dir(e.path());
+  }
+  fault_point("merge:shards-removed");
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    io::sync_file((staging / file).string());
+  }
+  fault_point("merge:files-synced");
+  write_sidecar((staging / kSidecar).string(), info);
+  fault_point("merge:sidecar");
+  const fs::path final_dir = staging.string().substr(0, staging.string().size() - 4);
+  publish(staging, final_dir);
+  const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
+  remove_earlier_partials(parent, info.step);
+  return (final_dir / kSidecar).string();
+}
+
+}  // namespace
+
+std::string latest_checkpoint(const std::string& out_dir, int* steps_done) {
+  int64_t best = -1;
+  std::string path;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const int64_t step = step_of(name);
+    // Exactly "checkpoint-" + digits: a published directory, with its sidecar.
+    if (step < 0 || is_partial(name) || name.find('.') != std::string::npos) continue;
+    const fs::path sidecar = e.path() / kSidecar;
+    if (step > best && fs::exists(sidecar, ec)) {
+      best = step;
+      path = sidecar.string();
+    }
+  }
+  if (steps_done) *steps_done = static_cast<int>(best);
+  return path;
+}
+
+int remove_partial_checkpoints(const std::string& out_dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    if (is_partial(e.path().filename().string())) {
+      remove_dir(e.path());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+namespace {
+
+// The sidecar path a checkpoint argument names (see load_checkpoint).
+std::string resolve_sidecar(const std::string& sidecar_or_dir) {
+  std::string sidecar = sidecar_or_dir;
+  std::error_code ec;
+  if (fs::is_directory(sidecar, ec)) sidecar = (fs::path(sidecar) / kSidecar).string();
+  const fs::path dir = fs::path(sidecar).parent_path();
+  const std::string dir_name = dir.filename().string();
+  std::string arg = sidecar_or_dir;
+  while (arg.size() > 1 && arg.back() == '/') arg.pop_back();
+  const std::string arg_name = fs::path(arg).filename().string();
+  if (is_partial(dir_name) || ends_with(dir_name, ".tmp") || is_partial(arg_name) ||
+      ends_with(arg_name, ".tmp")) {
+    throw ConfigError(fmt::format(
+        "'{}' is a partial checkpoint left by an interrupted write, never loaded; resume from a "
+        "complete checkpoint-NNNNNN directory",
+        sidecar_or_dir));
+  }
+  if (fs::exists(sidecar, ec)) return sidecar;
+  // Between the two renames of the fallback replacement the old checkpoint is `{dir}.old`.
+  const fs::path old = fs::path(dir.string() + ".old") / kSidecar;
+  if (step_of(dir_name) >= 0 && !fs::exists(dir, ec) && fs::exists(old, ec)) return old.string();
+  throw ConfigError(fmt::format(
+      "no checkpoint at '{}' (train.resume takes a checkpoint directory or its checkpoint.json)",
+      sidecar_or_dir));
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir) {
+  const std::string sidecar = resolve_sidecar(sidecar_or_dir);
+  CheckpointInfo info = read_sidecar(sidecar);
+  check_sidecar_fits(info, sidecar);
+  return info;
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
-  std::string sidecar = sidecar_or_dir;
-  if (fs::is_directory(sidecar)) sidecar = (fs::path(sidecar) / "checkpoint.json").string();
-  if (!fs::exists(sidecar)) {
-    throw ConfigError(fmt::format(
-        "no checkpoint at '{}' (train.resume takes a checkpoint directory or its checkpoint.json)",
-        sidecar_or_dir));
-  }
+  const std::string sidecar = resolve_sidecar(sidecar_or_dir);
   LoadedCheckpoint out;
   out.info = read_sidecar(sidecar);
-  out.weights = load_safetensors(beside(sidecar, out.info.weights)).tensors;
-  out.optimizer = load_safetensors(beside(sidecar, out.info.optimizer)).tensors;
+  check_sidecar_fits(out.info, sidecar);
+  auto load = [&](const std::string& name) {
+    auto file = load_safetensors(beside(sidecar, name));
+    if (!out.info.files.empty()) {
+      const FileDigest want = out.info.files.at(name);
+      if (file.digest != want) {
+        throw ConfigError(fmt::format(
+            "checkpoint '{}': {} has {} bytes with CRC-32C {} but the sidecar records {} bytes "
+            "with {}; the file does not belong to this checkpoint (damaged, or from another "
+            "write); resume from another checkpoint",
+            sidecar, name, file.digest.bytes, crc32c_hex(file.digest.crc32c), want.bytes,
+            crc32c_hex(want.crc32c)));
+      }
+    }
+    if (auto it = file.metadata.find("step");
+        it != file.metadata.end() && it->second != std::to_string(out.info.step)) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' says step {} but {} was written at step {}; the sidecar was edited or "
+          "belongs to another checkpoint",
+          sidecar, out.info.step, name, it->second));
+    }
+    return std::move(file.tensors);
+  };
+  out.weights = load(out.info.weights);
+  out.optimizer = load(out.info.optimizer);
   return out;
 }
 

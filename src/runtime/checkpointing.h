@@ -1,11 +1,21 @@
 // What the runtime saves and how it resumes (docs/design.md "Runtime": checkpoints). A checkpoint is a
 // directory `{out_dir}/checkpoint-{step}` with model.safetensors (tensors "layers.{i}.{param}"),
 // optimizer.safetensors ("layers.{i}.{param}.exp_avg" / ".exp_avg_sq" / ".step") and the sidecar
-// checkpoint.json (support's checkpoint.h formats). Each rank writes a shard of the layers it owns
-// (the lowest rank of each replica set, so every layer is written once); the coordinator merges
-// the shards into the two files and writes the sidecar last, so a directory with a sidecar is
-// complete. Names do not depend on the plan: a checkpoint written under one plan loads under any
-// other.
+// checkpoint.json (checkpoint.h formats). Each rank writes a shard of the layers it owns (the
+// lowest rank of each replica set, so every layer is written once); the coordinator merges the
+// shards into the two files and writes the sidecar. Names do not depend on the plan: a
+// checkpoint written under one plan loads under any other.
+//
+// Crash safety: everything is written into the staging directory `{dir}.tmp` (shards, then the
+// merged files, each with its CRC-32C, the shards removed, the merged files fsynced, then the
+// sidecar with the files' digests, fsynced), and
+// only then is the staging directory renamed to `{dir}` in one step: renamed when `{dir}` does not
+// exist, atomically exchanged with it (renameat2 RENAME_EXCHANGE) when it does, so a process
+// killed at any point leaves `{dir}` holding either the old checkpoint or the new one, complete,
+// never a mix (tests/runtime/checkpoint_fault_test.cc). On file systems without the exchange the
+// old directory is first renamed to `{dir}.old`, and load_checkpoint falls back to it while
+// `{dir}` is missing. `.tmp` and `.old` directories are never loaded; merge_shards removes those
+// of earlier steps, remove_partial_checkpoints all of them.
 #pragma once
 
 #include <torch/types.h>
@@ -29,24 +39,46 @@ inline bool checkpoint_due(const TrainConfig& train, int step) {
 // "{out_dir}/checkpoint-{step:06d}" where step = steps completed.
 std::string checkpoint_dir(const std::string& out_dir, int steps_done);
 
-// Writes this rank's shard files into `dir` (created if needed).
-void write_shard(const Worker& worker, const std::string& dir);
-// Writes shard `shard` (of the shards merge_shards reads) from the given tensors.
-void write_shard(const std::string& dir, int shard, const NamedTensors& params,
-                 const NamedTensors& optimizer_state);
+// "{dir}.tmp": where the shards and the merged files of checkpoint `dir` are staged.
+std::string staging_dir(const std::string& dir);
 
-// Merges the shards of ranks [0, world_size) in `dir` into model.safetensors and
-// optimizer.safetensors, deletes them and writes checkpoint.json with `info` (its weights and
-// optimizer fields are set here). Returns the sidecar path. ConfigError if a shard is missing or
-// a tensor appears twice.
+// Writes this rank's shard files for checkpoint `dir` into staging_dir(dir) (created if needed).
+void write_shard(const Worker& worker, const std::string& dir);
+// Writes shard `shard` (of the shards merge_shards reads) from the given tensors, into
+// staging_dir(dir).
+void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
+                         const NamedTensors& optimizer_state);
+
+// Merges the shards of ranks [0, world_size) staged for `dir` (each verified by its CRC) into
+// model.safetensors and optimizer.safetensors, deletes them, writes checkpoint.json with `info`
+// (its weights, optimizer and files fields are set here), fsyncs, and publishes the staging
+// directory as `dir` (see above). Returns the sidecar path, `{dir}/checkpoint.json`. ConfigError
+// if a shard is missing or damaged or a tensor appears twice; the staging directory is then
+// removed (the previous checkpoint stays as it was).
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info);
+
+// Removes every `checkpoint-*.tmp` and `checkpoint-*.old` directory in `out_dir` (leftovers of
+// interrupted writes); call it at the start of a run, when no checkpoint is being written.
+// Returns how many were removed.
+int remove_partial_checkpoints(const std::string& out_dir);
+
+// The newest complete checkpoint in `out_dir`: the sidecar path of the published
+// `checkpoint-NNNNNN` directory with the most steps (staging `.tmp` and `.old` directories never
+// count), and its step in `*steps_done` if given; "" (and -1) if there is none.
+std::string latest_checkpoint(const std::string& out_dir, int* steps_done = nullptr);
 
 struct LoadedCheckpoint {
   CheckpointInfo info;
   std::map<std::string, torch::Tensor> weights;
   std::map<std::string, torch::Tensor> optimizer;
 };
-// Reads a checkpoint from its sidecar path or its directory.
+// Reads a checkpoint from its sidecar path or its directory and verifies it: the sidecar's step
+// fits its data position and config (resume_check.h), each tensor file's size and CRC-32C match
+// the sidecar's record (version 2), each file's data CRC matches its header, and the step the
+// files were written at matches the sidecar's. A staging (`.tmp`) or `.old` directory is
+// refused. Every failure is a ConfigError naming the file and what to do.
 LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir);
+// Only the sidecar of the checkpoint (same resolution and sidecar checks, no tensor files).
+CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir);
 
 }  // namespace bw::runtime

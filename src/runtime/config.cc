@@ -12,7 +12,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "runtime/checkpointing.h"
 #include "runtime/config_schema.h"
+#include "runtime/out_dir_lock.h"
+#include "runtime/resume_check.h"
 
 namespace bw::runtime {
 namespace detail {
@@ -361,16 +365,15 @@ RunConfig load_run_config(const std::string& toml_path_or_empty,
                           const std::vector<std::string>& overrides) {
   std::string text;
   if (!toml_path_or_empty.empty()) {
-    std::ifstream in(toml_path_or_empty);
-    if (!in) {
-      throw ConfigError(fmt::format("cannot open config file '{}'", toml_path_or_empty));
-    }
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    text = buf.str();
+    text = io::read_file(toml_path_or_empty, io::kMaxConfigBytes, "config file");
   }
-  return parse_run_config(text, toml_path_or_empty.empty() ? "defaults" : toml_path_or_empty,
-                          overrides);
+  RunConfig config = parse_run_config(
+      text, toml_path_or_empty.empty() ? "defaults" : toml_path_or_empty, overrides);
+  check_out_dir_usable(config.train.out_dir);
+  if (!config.train.resume.empty()) {
+    check_resume(config, read_checkpoint_info(config.train.resume), config.train.resume);
+  }
+  return config;
 }
 
 std::vector<std::string> overrides_from_args(const std::vector<std::string>& args) {

@@ -84,9 +84,11 @@ struct RunConfig {
   bool operator==(const RunConfig&) const = default;
 };
 
-// Loads the defaults, then the TOML file (if the path is not empty), then the overrides in
-// order ("section.key=value", a leading "--" allowed), then validates. ConfigError on any
-// problem, naming the file or override and the key.
+// Loads the defaults, then the TOML file (if the path is not empty; a regular file of at most
+// io::kMaxConfigBytes), then the overrides in order ("section.key=value", a leading "--"
+// allowed), then validates. Then, as this is what starts a run: train.out_dir must be usable
+// (out_dir_lock.h, check_out_dir_usable), and a train.resume checkpoint's sidecar must fit this
+// config (resume_check.h). ConfigError on any problem, naming the file or override and the key.
 RunConfig load_run_config(const std::string& toml_path_or_empty,
                           const std::vector<std::string>& overrides);
 // Same, from TOML text; `source` names it in messages.
@@ -97,8 +99,30 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
 // "--section.key value". Anything else is a ConfigError naming the argument.
 std::vector<std::string> overrides_from_args(const std::vector<std::string>& args);
 
-// Range and consistency checks (done by load_run_config); ConfigError naming the key.
+// Limits every run config is held to (docs/config.md, "Limits"); counts are checked in 64-bit
+// arithmetic before anything is sized from them.
+inline constexpr int64_t kMaxWorldSize = 1024;           // worker processes of one run
+inline constexpr int64_t kMaxDevicesPerNode = 64;
+inline constexpr int64_t kMaxWaves = 64;                 // pipeline.waves
+inline constexpr int64_t kMaxChunksPerDevice = 64;       // pipeline.chunks_per_device
+inline constexpr int64_t kMaxMicrobatches = 1 << 16;     // pipeline.microbatches
+inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;   // pipeline.microbatch_size
+inline constexpr int64_t kMaxGlobalBatch = 1 << 24;      // microbatches x microbatch_size
+inline constexpr int64_t kMaxThreadsPerWorker = 256;
+inline constexpr int64_t kMaxSampleTokens = 1 << 20;
+inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;
+inline constexpr double kMinHeartbeatTimeoutS = 0.2, kMaxHeartbeatTimeoutS = 3600.0;
+
+// Range and consistency checks (done by load_run_config and parse_run_config); ConfigError
+// naming the key, the value, the limit and the fix. Pure: reads no files.
 void validate(const RunConfig& config);
+
+// Checks of a run on `devices` worker processes, for `breakwater train --devices N` (0 = the
+// cluster's nodes x devices_per_node): within kMaxWorldSize; with devices == 1 (the whole model in
+// one process) pipeline.pipelines must be empty or [1]; otherwise pipeline.pipelines must use
+// exactly `devices` devices and fault_tolerance + 1 pipelines must fit. ConfigError naming both
+// options and the fix.
+void validate_devices(const RunConfig& config, int64_t devices);
 
 // The resolved config as TOML; with comments, one line per key saying what it is.
 std::string to_toml(const RunConfig& config, bool with_comments = false);

@@ -1,5 +1,6 @@
 // Run config: validation and printing back to TOML (see config.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <set>
@@ -79,12 +80,23 @@ void finite_at_least(double v, double lo, const std::string& key) {
           fmt::format("{}", v));
 }
 
+void in_range(int64_t v, int64_t lo, int64_t hi, const std::string& key) {
+  require(v >= lo && v <= hi, key, fmt::format("in [{}, {}]", lo, hi), std::to_string(v));
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
   require(!c.model.name.empty(), "model.name", "a model name (tiny, small, gpt2-124m)", "\"\"");
-  at_least(c.cluster.nodes, 1, "cluster.nodes");
-  at_least(c.cluster.devices_per_node, 1, "cluster.devices_per_node");
+  in_range(c.cluster.nodes, 1, kMaxWorldSize, "cluster.nodes");
+  in_range(c.cluster.devices_per_node, 1, kMaxDevicesPerNode, "cluster.devices_per_node");
+  const int64_t world = int64_t{c.cluster.nodes} * c.cluster.devices_per_node;
+  if (world > kMaxWorldSize) {
+    throw ConfigError(fmt::format(
+        "cluster.nodes {} x cluster.devices_per_node {} = {} worker processes, more than the "
+        "limit of {}; lower them",
+        c.cluster.nodes, c.cluster.devices_per_node, world, kMaxWorldSize));
+  }
   const std::set<std::string> devices = {"cpu", "cuda"};
   require(devices.count(c.cluster.device) > 0, "cluster.device", "\"cpu\" or \"cuda\"",
           "\"" + c.cluster.device + "\"");
@@ -100,21 +112,58 @@ void validate(const RunConfig& c) {
   finite_at_least(c.cluster.memory_gb, 0.0, "cluster.memory_gb");
 
   require(!c.pipeline.schedule.empty(), "pipeline.schedule", "a schedule name", "\"\"");
-  at_least(c.pipeline.waves, 1, "pipeline.waves");
-  at_least(c.pipeline.chunks_per_device, 1, "pipeline.chunks_per_device");
-  at_least(c.pipeline.microbatches, 1, "pipeline.microbatches");
-  at_least(c.pipeline.microbatch_size, 1, "pipeline.microbatch_size");
-  for (size_t i = 0; i < c.pipeline.pipelines.size(); ++i) {
-    at_least(c.pipeline.pipelines[i], 1, fmt::format("pipeline.pipelines[{}]", i));
+  const auto& p = c.pipeline;
+  in_range(p.waves, 1, kMaxWaves, "pipeline.waves");
+  in_range(p.chunks_per_device, 1, kMaxChunksPerDevice, "pipeline.chunks_per_device");
+  in_range(p.microbatches, 1, kMaxMicrobatches, "pipeline.microbatches");
+  in_range(p.microbatch_size, 1, kMaxMicrobatchSize, "pipeline.microbatch_size");
+  if (global_batch(p) > kMaxGlobalBatch) {
+    throw ConfigError(fmt::format(
+        "pipeline.microbatches {} x pipeline.microbatch_size {} = a global batch of {} samples, "
+        "more than the limit of {}; lower them",
+        p.microbatches, p.microbatch_size, global_batch(p), kMaxGlobalBatch));
   }
-  at_least(c.pipeline.fault_tolerance, 0, "pipeline.fault_tolerance");
+  in_range(static_cast<int64_t>(p.pipelines.size()), 0, kMaxWorldSize,
+           "the length of pipeline.pipelines");
+  int64_t pipeline_devices = 0;
+  for (size_t i = 0; i < p.pipelines.size(); ++i) {
+    in_range(p.pipelines[i], 1, kMaxWorldSize, fmt::format("pipeline.pipelines[{}]", i));
+    pipeline_devices += p.pipelines[i];
+  }
+  if (pipeline_devices > kMaxWorldSize) {
+    throw ConfigError(fmt::format("pipeline.pipelines {} use {} devices, more than the limit of {}",
+                                  fmt::join(p.pipelines, ","), pipeline_devices, kMaxWorldSize));
+  }
+  in_range(p.fault_tolerance, 0, kMaxWorldSize, "pipeline.fault_tolerance");
+  if (p.fault_tolerance >= c.cluster.nodes) {
+    throw ConfigError(fmt::format(
+        "pipeline.fault_tolerance {} means surviving {} node failures, which needs at least {} "
+        "nodes, but cluster.nodes is {}; lower pipeline.fault_tolerance or raise cluster.nodes",
+        p.fault_tolerance, p.fault_tolerance, p.fault_tolerance + 1, c.cluster.nodes));
+  }
+  if (!p.pipelines.empty() && static_cast<int64_t>(p.pipelines.size()) < p.fault_tolerance + 1) {
+    throw ConfigError(fmt::format(
+        "pipeline.pipelines [{}] has {} pipeline(s) but pipeline.fault_tolerance {} needs at "
+        "least {} (one replica of every layer must survive {} failure(s)); add pipelines or set "
+        "--pipeline.fault_tolerance={}",
+        fmt::join(p.pipelines, ", "), p.pipelines.size(), p.fault_tolerance,
+        p.fault_tolerance + 1, p.fault_tolerance, p.pipelines.size() - 1));
+  }
 
   require(c.elastic.store_port >= 0 && c.elastic.store_port <= 65535, "elastic.store_port",
           "in [0, 65535]", std::to_string(c.elastic.store_port));
-  require(std::isfinite(c.elastic.step_timeout_s) && c.elastic.step_timeout_s > 0,
-          "elastic.step_timeout_s", "> 0", fmt::format("{}", c.elastic.step_timeout_s));
-  require(std::isfinite(c.elastic.heartbeat_timeout_s) && c.elastic.heartbeat_timeout_s > 0,
-          "elastic.heartbeat_timeout_s", "> 0", fmt::format("{}", c.elastic.heartbeat_timeout_s));
+  require(std::isfinite(c.elastic.step_timeout_s) &&
+              c.elastic.step_timeout_s >= kMinStepTimeoutS &&
+              c.elastic.step_timeout_s <= kMaxStepTimeoutS,
+          "elastic.step_timeout_s",
+          fmt::format("in [{}, {}] seconds", kMinStepTimeoutS, kMaxStepTimeoutS),
+          fmt::format("{}", c.elastic.step_timeout_s));
+  require(std::isfinite(c.elastic.heartbeat_timeout_s) &&
+              c.elastic.heartbeat_timeout_s >= kMinHeartbeatTimeoutS &&
+              c.elastic.heartbeat_timeout_s <= kMaxHeartbeatTimeoutS,
+          "elastic.heartbeat_timeout_s",
+          fmt::format("in [{}, {}] seconds", kMinHeartbeatTimeoutS, kMaxHeartbeatTimeoutS),
+          fmt::format("{}", c.elastic.heartbeat_timeout_s));
   require(std::isfinite(c.elastic.rejoin_after_s) && c.elastic.rejoin_after_s >= 0,
           "elastic.rejoin_after_s", ">= 0", fmt::format("{}", c.elastic.rejoin_after_s));
 
@@ -131,11 +180,43 @@ void validate(const RunConfig& c) {
   require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "in [0, 1)", fmt::format("{}", t.beta1));
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "in [0, 1)", fmt::format("{}", t.beta2));
   finite_at_least(t.grad_clip, 0.0, "train.grad_clip");
-  at_least(t.threads_per_worker, 1, "train.threads_per_worker");
+  in_range(t.threads_per_worker, 1, kMaxThreadsPerWorker, "train.threads_per_worker");
   require(!t.out_dir.empty(), "train.out_dir", "a directory", "\"\"");
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(t.log_every, 1, "train.log_every");
-  at_least(t.sample_tokens, 0, "train.sample_tokens");
+  in_range(t.sample_tokens, 0, kMaxSampleTokens, "train.sample_tokens");
+}
+
+void validate_devices(const RunConfig& c, int64_t devices) {
+  const auto& p = c.pipeline;
+  if (devices < 0 || devices > kMaxWorldSize) {
+    throw ConfigError(
+        fmt::format("--devices {} is out of range [0, {}]", devices, kMaxWorldSize));
+  }
+  if (devices == 0) devices = int64_t{c.cluster.nodes} * c.cluster.devices_per_node;
+  int64_t used = 0;
+  for (int d : p.pipelines) used += d;
+  if (devices == 1) {
+    if (!p.pipelines.empty() && used != 1) {
+      throw ConfigError(fmt::format(
+          "--devices 1 runs the whole model in one process, but pipeline.pipelines = [{}] asks "
+          "for {} devices; drop one of the two",
+          fmt::join(p.pipelines, ", "), used));
+    }
+    return;
+  }
+  if (!p.pipelines.empty() && used != devices) {
+    throw ConfigError(fmt::format(
+        "pipeline.pipelines [{}] uses {} devices but the run has {} (--devices or cluster.nodes x "
+        "cluster.devices_per_node); make them agree",
+        fmt::join(p.pipelines, ", "), used, devices));
+  }
+  if (p.fault_tolerance + 1 > devices) {
+    throw ConfigError(fmt::format(
+        "pipeline.fault_tolerance {} needs at least {} pipelines but the run has only {} "
+        "devices; lower pipeline.fault_tolerance or add devices",
+        p.fault_tolerance, p.fault_tolerance + 1, devices));
+  }
 }
 
 std::string to_toml(const RunConfig& config, bool with_comments) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace bw::schedule {
 
@@ -119,15 +120,32 @@ Schedule read_csv(std::istream& in, const CsvOptions& options) {
   if (rows.empty())
     throw ConfigError(fmt::format("{}: no actions (an empty schedule)", options.source));
 
+  if (rows.size() > static_cast<size_t>(kMaxCsvDevices))
+    throw ConfigError(fmt::format("{}: {} rows (devices), more than the limit of {}",
+                                  options.source, rows.size(), kMaxCsvDevices));
   Schedule s;
   s.kind = options.kind;
   s.num_devices = static_cast<int>(rows.size());
   int max_chunk = -1, max_mb = -1;
-  for (const auto& row : rows)
-    for (const auto& a : row) {
+  for (size_t d = 0; d < rows.size(); ++d)
+    for (size_t k = 0; k < rows[d].size(); ++k) {
+      const Action& a = rows[d][k];
+      // Ids size the validator's and simulator's tables: bound them before anything is sized.
+      if (a.chunk < -1 || a.chunk >= kMaxCsvChunks || a.microbatch < -1 ||
+          a.microbatch >= kMaxCsvMicrobatches)
+        throw ConfigError(fmt::format(
+            "{}:{}:{}: {} has chunk {} and microbatch {}; the limits are chunk < {} and "
+            "microbatch < {}",
+            options.source, where[d][k].first, where[d][k].second, to_string(a), a.chunk,
+            a.microbatch, kMaxCsvChunks, kMaxCsvMicrobatches));
       max_chunk = std::max(max_chunk, a.chunk);  // -1 for an OVERLAP_F_B marker
       max_mb = std::max(max_mb, a.microbatch);
     }
+  if (int64_t{max_chunk + 1} * (max_mb + 1) > kMaxCsvChunkMicrobatches)
+    throw ConfigError(fmt::format(
+        "{}: {} chunks x {} microbatches = {} (chunk, microbatch) pairs, more than the limit of {}",
+        options.source, max_chunk + 1, max_mb + 1, int64_t{max_chunk + 1} * (max_mb + 1),
+        kMaxCsvChunkMicrobatches));
   if (options.chunk_device) {
     s.chunk_device = *options.chunk_device;
     s.num_chunks = static_cast<int>(s.chunk_device.size());
@@ -164,8 +182,7 @@ Schedule read_csv(std::istream& in, const CsvOptions& options) {
 }
 
 Schedule read_csv_file(const std::string& path, CsvOptions options) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("cannot open schedule CSV '{}'", path));
+  std::istringstream in(io::read_file(path, io::kMaxTableBytes, "schedule CSV"));
   if (options.source == "csv") options.source = path;
   return read_csv(in, options);
 }
@@ -192,10 +209,7 @@ std::string to_csv(const Schedule& s) {
 }
 
 void write_csv_file(const std::string& path, const Schedule& s) {
-  std::ofstream out(path);
-  if (!out) throw ConfigError(fmt::format("cannot write schedule CSV '{}'", path));
-  write_csv(out, s);
-  if (!out) throw ConfigError(fmt::format("error while writing '{}'", path));
+  io::write_file(path, to_csv(s), "schedule CSV");
 }
 
 }  // namespace bw::schedule

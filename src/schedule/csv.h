@@ -7,7 +7,8 @@
 // formats read as they are: `compute_only` (what `_dump_csv` of a schedule class writes) and
 // `compute_comms` (what `_PipelineScheduleRuntime._dump_csv` writes by default). The file carries no placement: pass it, or let the reader infer
 // it from which device runs each chunk's compute actions (which is ambiguous only for a chunk that
-// never runs, an error). Malformed input is a ConfigError naming line and column.
+// never runs, an error). Malformed input is a ConfigError naming line and column. A file is at
+// most io::kMaxTableBytes; ids and sizes are bounded (below) before any table is sized from them.
 #pragma once
 
 #include <istream>
@@ -19,6 +20,11 @@
 #include "schedule/schedule.h"
 
 namespace bw::schedule {
+
+inline constexpr int kMaxCsvDevices = 4096;
+inline constexpr int kMaxCsvChunks = 1 << 16;
+inline constexpr int kMaxCsvMicrobatches = 1 << 20;
+inline constexpr long long kMaxCsvChunkMicrobatches = 1LL << 24;  // chunks x microbatches
 
 struct CsvOptions {
   std::string kind = "custom";

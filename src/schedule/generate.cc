@@ -11,7 +11,7 @@ namespace {
 
 // Keeps a generated schedule's size reasonable (a typo like --microbatches 1e9 is an error, not an
 // out-of-memory).
-constexpr long long kMaxComputeActions = 64LL << 20;
+constexpr long long kMaxComputeActions = 16LL << 20;  // docs/schedules.md, "Limits"
 
 bool known_kind(const std::string& kind) {
   for (const auto& k : schedule_kinds())

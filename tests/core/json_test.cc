@@ -49,5 +49,21 @@ TEST(Json, MissingFileAndBadJsonAreConfigErrors) {
   EXPECT_NE(message_of([&] { read_file(path); }).find("not valid JSON"), std::string::npos);
 }
 
+TEST(Json, HugeNumbersAreConfigErrorsNotWrappedIntegers) {
+  std::string path = ::testing::TempDir() + "/huge.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("{\"a\": 1e400}", f);
+    std::fclose(f);
+  }
+  EXPECT_NE(message_of([&] { read_file(path); }).find("huge.json"), std::string::npos);
+  Json j = Json::parse(R"({"big": 1e30, "ok": 12, "neg": -1e19})");
+  EXPECT_NE(message_of([&] { get_int(j, "big", "o"); }).find("out of range"), std::string::npos);
+  EXPECT_NE(message_of([&] { get_int(j, "neg", "o"); }).find("out of range"), std::string::npos);
+  EXPECT_EQ(get_int_in(j, "ok", "o", 1, 12), 12);
+  EXPECT_NE(message_of([&] { get_int_in(j, "ok", "o", 1, 11); }).find("[1, 11]"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bw::json

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace bw::runtime {
@@ -70,7 +71,11 @@ TEST(Safetensors, ByteLayoutFollowsTheFormat) {
   EXPECT_EQ(header_text.front(), '{');
   EXPECT_EQ(header_text.find_last_not_of(' '), header_text.rfind('}')) << "padding is spaces";
   Json header = Json::parse(header_text);
-  EXPECT_EQ(header["__metadata__"], (Json{{"format", "pt"}, {"step", "12"}}));
+  // The caller's metadata, and the CRC-32C of the data buffer breakwater adds.
+  const std::string data(bytes.data() + 8 + n, bytes.size() - 8 - n);
+  EXPECT_EQ(header["__metadata__"],
+            (Json{{"format", "pt"}, {"step", "12"}, {"crc32c", crc32c_hex(crc32c(data.data(),
+                                                                                 data.size()))}}));
   const uint64_t data_start = 8 + n;
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (const auto& [name, t] : tensors) {
@@ -125,7 +130,8 @@ TEST(Safetensors, RoundTripsDtypesAndShapes) {
       EXPECT_EQ(got.sizes(), t.sizes()) << name;
       EXPECT_TRUE(torch::equal(got, t.contiguous())) << name;
     }
-    EXPECT_EQ(f.metadata.size(), k == 3 ? 0u : 1u);
+    EXPECT_EQ(f.metadata.size(), k == 3 ? 1u : 2u);  // + "crc32c"
+    EXPECT_EQ(f.digest.bytes, static_cast<int64_t>(fs::file_size(path)));
   }
 }
 
@@ -171,6 +177,29 @@ TEST(Safetensors, TruncatedAndCorruptFilesAreConfigErrors) {
   EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("'idx'"), std::string::npos);
   EXPECT_NE(error_of([&] { load_safetensors(temp_path("missing.safetensors")); }).find("missing"),
             std::string::npos);
+  // A shape whose size overflows, and offsets past the file, fail before any allocation.
+  auto with_new_header = [&](std::string text) {
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    return len + text + good.substr(8 + n);
+  };
+  h = Json::parse(header);
+  h["idx"]["shape"] = {uint64_t{1} << 62, uint64_t{1} << 62};
+  write_bytes(bad, with_new_header(h.dump()));
+  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("overflows"), std::string::npos);
+  h = Json::parse(header);
+  h["idx"]["data_offsets"] = {0, uint64_t{1} << 60};
+  write_bytes(bad, with_new_header(h.dump()));
+  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("outside"), std::string::npos);
+  // A flipped bit in the data is found by the CRC in the header.
+  std::string flipped = good;
+  flipped.back() ^= 0x01;
+  write_bytes(bad, flipped);
+  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("CRC-32C"), std::string::npos);
+  // Not a regular file.
+  EXPECT_NE(error_of([&] { load_safetensors("/dev/zero"); }).find("character device"),
+            std::string::npos);
 }
 
 TEST(Sidecar, RoundTripsAndRejectsForeignFiles) {
@@ -181,6 +210,7 @@ TEST(Sidecar, RoundTripsAndRejectsForeignFiles) {
   info.optimizer = "step_40.optim.safetensors";
   info.config_toml = "[train]\nsteps = 100\n";
   info.extra = {{"generation", 3}, {"plan", {2, 3}}};
+  info.files = {{info.weights, {1234, 0xE3069283u}}, {info.optimizer, {5678, 0x1u}}};
   std::string path = temp_path("ckpt.json");
   write_sidecar(path, info);
   EXPECT_EQ(read_sidecar(path), info);
@@ -193,10 +223,21 @@ TEST(Sidecar, RoundTripsAndRejectsForeignFiles) {
   EXPECT_NE(error_of([&] { read_sidecar(other); }).find("not a breakwater checkpoint"),
             std::string::npos);
   Json doc = Json::parse(read_bytes(path));
-  doc["version"] = 2;
+  doc["version"] = 3;
   write_bytes(other, doc.dump());
-  EXPECT_NE(error_of([&] { read_sidecar(other); }).find("version 2"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_sidecar(other); }).find("version 3"), std::string::npos);
+  doc["version"] = 2;
+  doc["files"].erase(info.optimizer);
+  write_bytes(other, doc.dump());
+  EXPECT_NE(error_of([&] { read_sidecar(other); }).find("no digest"), std::string::npos);
+  doc["files"][info.optimizer] = {{"bytes", 1}, {"crc32c", "xyz"}};
+  write_bytes(other, doc.dump());
+  EXPECT_NE(error_of([&] { read_sidecar(other); }).find("8 hex digits"), std::string::npos);
+  // Version 1 (before checksums) still reads, with no digests.
   doc["version"] = 1;
+  doc.erase("files");
+  write_bytes(other, doc.dump());
+  EXPECT_TRUE(read_sidecar(other).files.empty());
   doc.erase("next_sample");
   write_bytes(other, doc.dump());
   EXPECT_NE(error_of([&] { read_sidecar(other); }).find("next_sample"), std::string::npos);

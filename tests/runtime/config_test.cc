@@ -84,7 +84,8 @@ steps = 7
   EXPECT_EQ(c.cluster.nodes, 6);
   EXPECT_EQ(c.data.path, "some file.txt");
   EXPECT_EQ(parse("", {"pipeline.pipelines=[]"}).pipeline.pipelines, std::vector<int>{});
-  EXPECT_EQ(parse("", {"pipeline.pipelines=4"}).pipeline.pipelines, std::vector<int>{4});
+  EXPECT_EQ(parse("", {"pipeline.pipelines=4", "pipeline.fault_tolerance=0"}).pipeline.pipelines,
+            std::vector<int>{4});
 }
 
 TEST(RunConfig, UnknownSectionAndKeyNameThemAndListValidOnes) {
@@ -137,6 +138,41 @@ TEST(RunConfig, ValidationNamesKeyAndValue) {
   }
 }
 
+// Every count has a limit checked in 64-bit arithmetic (no wrap-around), and options that
+// contradict each other are refused with both named.
+TEST(RunConfig, LimitsAndContradictions) {
+  expect_contains(
+      error_of([] { parse("", {"cluster.nodes=1431655766", "cluster.devices_per_node=3"}); }),
+      {"cluster.nodes", "1431655766", "[1, 1024]"});
+  expect_contains(error_of([] { parse("", {"cluster.nodes=512", "cluster.devices_per_node=4"}); }),
+                  {"2048 worker processes", "limit of 1024"});
+  expect_contains(error_of([] { parse("", {"pipeline.microbatches=65536",
+                                           "pipeline.microbatch_size=65536"}); }),
+                  {"global batch of 4294967296", "limit of 16777216"});
+  expect_contains(error_of([] { parse("", {"pipeline.waves=100000"}); }), {"pipeline.waves"});
+  expect_contains(error_of([] { parse("", {"pipeline.pipelines=[1000,1000]"}); }),
+                  {"2000 devices", "limit of 1024"});
+  expect_contains(error_of([] { parse("", {"pipeline.fault_tolerance=4"}); }),
+                  {"pipeline.fault_tolerance 4", "cluster.nodes is 4"});
+  expect_contains(error_of([] { parse("", {"pipeline.pipelines=[2]"}); }),
+                  {"1 pipeline(s)", "--pipeline.fault_tolerance=0"});
+  expect_contains(error_of([] { parse("", {"elastic.step_timeout_s=0.001"}); }),
+                  {"elastic.step_timeout_s", "0.001"});
+  expect_contains(error_of([] { parse("", {"elastic.heartbeat_timeout_s=1e300"}); }),
+                  {"elastic.heartbeat_timeout_s"});
+  expect_contains(error_of([] { parse("", {"train.sample_tokens=2000000000"}); }),
+                  {"train.sample_tokens"});
+  RunConfig c = parse("", {"pipeline.pipelines=[1,3]"});
+  validate_devices(c, 0);  // 4 nodes x 1 device: fine
+  expect_contains(error_of([&] { validate_devices(c, 1); }),
+                  {"--devices 1", "pipeline.pipelines = [1, 3]", "4 devices"});
+  expect_contains(error_of([&] { validate_devices(c, 5); }), {"uses 4 devices", "has 5"});
+  expect_contains(error_of([&] { validate_devices(c, 5000); }), {"--devices 5000"});
+  RunConfig d = parse("", {"cluster.nodes=8", "pipeline.fault_tolerance=3"});
+  expect_contains(error_of([&] { validate_devices(d, 3); }), {"at least 4 pipelines", "3"});
+  validate_devices(d, 1);  // the single-process reference ignores fault tolerance
+}
+
 TEST(RunConfig, OverridesFromArgs) {
   EXPECT_EQ(overrides_from_args({"--a.b=1", "--c.d", "x y", "--e.f=[1,2]"}),
             (std::vector<std::string>{"a.b=1", "c.d=x y", "e.f=[1,2]"}));
@@ -156,9 +192,10 @@ TEST(RunConfig, ToTomlRoundTrips) {
   grid[2].model.seed = -5;
   grid[2].data.seed = 9007199254740993;
   grid[3].cluster = {16, 8, "cuda", "nccl", 80.0};
-  grid[3].elastic = {29500, 0.25, 1e3};
+  grid[3].elastic = {29500, 2.5, 1e3};
   grid[4].train = {1, 1.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 4, "o", 5, "r/ckpt.json", 3, 0};
   grid[5].pipeline.pipelines = {1};
+  grid[5].pipeline.fault_tolerance = 0;
   grid[5].pipeline.profile = "p\u00e9.json";
   for (size_t i = 0; i < grid.size(); ++i) {
     for (bool comments : {false, true}) {

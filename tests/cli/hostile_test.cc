@@ -1,0 +1,411 @@
+// The hostile-input suite (issue "Hardening"): every subcommand fed what a hostile or careless
+// user gives it, one row per case: arguments, where stdout goes, the exit status and a phrase the
+// output must contain. Classes: endless or special files (/dev/zero, FIFOs, directories), numbers
+// without bound (counts that wrap, 1e30, a CSV cell that would size a table of billions), invalid
+// values (NaN, Inf, negative, zero costs, rates, bandwidths, memory), contradicting options, write
+// errors (/dev/full for every output, standard output included), unusable out_dirs and
+// checkpoints. Each case runs as a child process with an address-space limit (RLIMIT_AS) and a
+// deadline, so a regression that allocates without bound or blocks fails here instead of
+// stalling CI. Exit status: 2 for bad input, never 0, never 1 (a bug), never a crash.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr double kDeadlineS = 30;
+constexpr rlim_t kAddressSpaceBytes = rlim_t{6} << 30;  // LibTorch maps ~1-2 GiB at start
+
+std::string dir() {
+  static const std::string d = [] {
+    auto p = fs::path(::testing::TempDir()) / fmt::format("bw_hostile_{}", getpid());
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+
+std::string file(const std::string& name, const std::string& text) {
+  const std::string p = dir() + "/" + name;
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+
+std::string fifo() {
+  const std::string p = dir() + "/fifo";
+  if (!fs::exists(p)) mkfifo(p.c_str(), 0600);
+  return p;
+}
+
+// 1 M + 1 trace events (9 MB): over the event limit, well under the file-size limit.
+std::string many_events() {
+  std::string text;
+  text.reserve(9'000'100);
+  for (int i = 0; i <= 1'000'000; ++i) text += "0,add,n\n";
+  return file("many_events.csv", text);
+}
+
+std::string profile_json(const std::string& layer_fields) {
+  std::string layers;
+  for (int i = 0; i < 4; ++i) {
+    layers += fmt::format(
+        "{}{{\"name\": \"l{}\", {}, \"activation_bytes\": 1000, \"output_bytes\": 100, "
+        "\"param_bytes\": 1000000}}",
+        i ? ", " : "", i, layer_fields);
+  }
+  return fmt::format("{{\"model\": \"m\", \"microbatch_size\": 1, \"layers\": [{}]}}", layers);
+}
+
+std::string good_profile() {
+  return file("good_profile.json", profile_json("\"forward_ms\": 1, \"backward_ms\": 2"));
+}
+
+// A sidecar written under a global batch of 8 x 4 = 32 and data seed 42 (read at config load).
+std::string sidecar_g32() {
+  const std::string d = dir() + "/ckpt/checkpoint-000004";
+  fs::create_directories(d);
+  std::ofstream(d + "/checkpoint.json")
+      << R"({"format": "breakwater-checkpoint", "version": 2, "step": 4, "next_sample": 128,
+            "weights": "model.safetensors", "optimizer": "optimizer.safetensors",
+            "config": "[pipeline]\nmicrobatches = 8\nmicrobatch_size = 4\n[data]\nseed = 42\n",
+            "extra": {}, "files": {"model.safetensors": {"bytes": 1, "crc32c": "00000000"},
+            "optimizer.safetensors": {"bytes": 1, "crc32c": "00000000"}}})";
+  fs::create_directories(dir() + "/ckpt/checkpoint-000008.tmp");
+  return d;
+}
+
+struct Case {
+  std::string name;
+  std::vector<std::string> args;
+  int status;          // expected exit status
+  std::string phrase;  // must appear in stdout + stderr
+  std::string stdout_to = "";  // "" = captured with stderr; else a path (e.g. /dev/full)
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+struct Result {
+  int status = -1;
+  bool timed_out = false;
+  std::string output;
+};
+
+Result run(const Case& c) {
+  const std::string log = dir() + "/" + c.name + ".log";
+  std::vector<std::string> full = {BW_BINARY};
+  full.insert(full.end(), c.args.begin(), c.args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  Result r;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    rlimit as{kAddressSpaceBytes, kAddressSpaceBytes};
+    setrlimit(RLIMIT_AS, &as);
+    chdir(BW_SOURCE_DIR);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int out = c.stdout_to.empty() ? fd : open(c.stdout_to.c_str(), O_WRONLY);
+    dup2(out, 1);
+    dup2(fd, 2);
+    execv(BW_BINARY, argv.data());
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(kDeadlineS * 1000));
+  int status = 0;
+  while (true) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+class Hostile : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Hostile, ExitsWithTheRightStatusAndOneClearMessage) {
+  const Case& c = GetParam();
+  const Result r = run(c);
+  ASSERT_FALSE(r.timed_out) << c.name << " ran past " << kDeadlineS << " s (a hang or a blowup)";
+  EXPECT_EQ(r.status, c.status) << c.name << ":\n" << r.output.substr(0, 3000);
+  EXPECT_NE(r.output.find(c.phrase), std::string::npos)
+      << c.name << ": expected '" << c.phrase << "' in:\n"
+      << r.output.substr(0, 3000);
+  if (c.status == 2) {
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+  }
+}
+
+std::string cases_dir() { return dir(); }
+
+std::vector<Case> schedule_cases() {
+  const std::string s = "schedule";
+  return {
+      {"sched_forward_nan", {s, "--forward-ms", "nan"}, 2, "--forward-ms must be a number"},
+      {"sched_forward_neg", {s, "--forward-ms", "-1"}, 2, "--forward-ms must be a finite number > 0"},
+      {"sched_backward_inf", {s, "--backward-ms", "inf"}, 2, "--backward-ms must be a finite"},
+      {"sched_forward_zero", {s, "--forward-ms", "0"}, 2, "--forward-ms"},
+      {"sched_bandwidth_neg", {s, "--bandwidth-gbps", "-5"}, 2, "--bandwidth-gbps"},
+      {"sched_latency_inf", {s, "--latency-ms", "inf"}, 2, "--latency-ms"},
+      {"sched_activation_neg", {s, "--activation-bytes", "-1e9"}, 2, "--activation-bytes"},
+      {"sched_devices_zero", {s, "--devices", "0"}, 2, "--devices must be in [1, 4096]"},
+      {"sched_devices_wrap", {s, "--devices", "1431655766"}, 2, "--devices must be in"},
+      {"sched_devices_overflow", {s, "--devices", "99999999999999"}, 2, "devices"},
+      {"sched_microbatches_huge", {s, "--microbatches", "2000000000"}, 2, "--microbatches"},
+      {"sched_too_many_actions",
+       {s, "--kind", "hanayo", "--waves", "64", "--devices", "4096", "--microbatches", "4096"},
+       2,
+       "too large"},
+      {"sched_csv_dev_zero", {s, "--from-csv", "/dev/zero"}, 2, "character device"},
+      {"sched_csv_fifo", {s, "--from-csv", fifo()}, 2, "FIFO"},
+      {"sched_csv_huge_cell",
+       {s, "--from-csv", file("huge_cell.csv", "0F0,0B0,0F999999999\n")},
+       2,
+       "the limits are"},
+      {"sched_csv_huge_product",
+       {s, "--from-csv", file("huge_product.csv", "65000F0,0F999999,0B0\n")},
+       2,
+       "pairs, more than the limit"},
+      {"sched_profile_huge_number",
+       {s, "--profile", file("huge_number.json", profile_json("\"forward_ms\": 1e400, "
+                                                              "\"backward_ms\": 1"))},
+       2,
+       "huge_number.json"},
+      {"sched_profile_zero_costs",
+       {s, "--profile", file("zero.json", profile_json("\"forward_ms\": 0, \"backward_ms\": 0"))},
+       2,
+       "positive times"},
+      {"sched_profile_dev_zero", {s, "--profile", "/dev/zero"}, 2, "character device"},
+      {"sched_svg_full", {s, "--svg", "/dev/full"}, 2, "No space left on device"},
+      {"sched_trace_full", {s, "--trace", "/dev/full"}, 2, "No space left on device"},
+      {"sched_csv_full", {s, "--csv", "/dev/full"}, 2, "No space left on device"},
+      {"sched_svg_no_dir", {s, "--svg", "/no/such/dir/t.svg"}, 2, "No such file or directory"},
+      {"sched_svg_is_dir", {s, "--svg", "/tmp"}, 2, "Is a directory"},
+      {"sched_stdout_full", {s, "--json"}, 2, "cannot write", "/dev/full"},
+      {"sched_unknown_flag", {s, "--no-such-flag"}, 2, "no-such-flag"},
+      // Huge but legal: says its cost before it starts, then runs.
+      {"sched_costly_says_so",
+       {s, "--kind", "hanayo", "--waves", "8", "--devices", "32", "--microbatches", "1400"},
+       0,
+       "note: 2150400 compute actions"},
+      {"sched_not_a_number", {s, "--devices", "four"}, 2, "four"},
+  };
+}
+
+std::vector<Case> simulate_cases() {
+  const std::vector<std::string> s = {"simulate", "--model", "gpt3-1.3b", "--nodes", "8",
+                                      "--devices-per-node", "8", "--microbatches", "64",
+                                      "--throughput", "analytic"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = s;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  return {
+      {"sim_hours_huge", with({"--failure-every", "10m", "--hours", "1e30"}), 2, "--hours"},
+      {"sim_hours_nan", with({"--failure-every", "10m", "--hours", "nan"}), 2, "--hours"},
+      {"sim_hours_neg", with({"--failure-every", "10m", "--hours", "-1"}), 2, "--hours"},
+      {"sim_too_many_failures", with({"--failure-every", "1ms", "--hours", "10000"}), 2,
+       "more than the limit"},
+      {"sim_rate_inf", with({"--failure-rate", "inf"}), 2, "--failure-rate"},
+      {"sim_tflops_zero", with({"--failure-every", "10m", "--device-tflops", "0"}), 2,
+       "--device-tflops"},
+      {"sim_memory_neg", with({"--failure-every", "10m", "--device-memory-gb", "-80"}), 2,
+       "--device-memory-gb"},
+      {"sim_detection_nan", with({"--failure-every", "10m", "--detection-ms", "nan"}), 2,
+       "--detection-ms must be a number"},
+      {"sim_restart_neg", with({"--failure-every", "10m", "--restart-ms", "-5"}), 2,
+       "--restart-ms"},
+      {"sim_gbps_zero", with({"--failure-every", "10m", "--inter-node-gbps", "0"}), 2,
+       "--inter-node-gbps"},
+      {"sim_useful_share", with({"--failure-every", "10m", "--useful-share", "2"}), 2,
+       "--useful-share"},
+      {"sim_nodes_wrap", with({"--failure-every", "10m", "--nodes", "1431655766"}), 2, "--nodes"},
+      {"sim_trace_dev_zero", with({"--trace", "/dev/zero"}), 2, "character device"},
+      {"sim_trace_fifo", with({"--trace", fifo()}), 2, "FIFO"},
+      {"sim_trace_dir", with({"--trace", "/tmp"}), 2, "directory"},
+      {"sim_trace_too_many_events", with({"--trace", many_events()}), 2,
+       "more than the limit of 1000000 events"},
+      {"sim_svg_full", with({"--failure-every", "10m", "--hours", "1", "--svg", "/dev/full"}), 2,
+       "No space left on device"},
+      {"sim_stdout_full", with({"--failure-every", "10m", "--hours", "1", "--json"}), 2,
+       "cannot write", "/dev/full"},
+  };
+}
+
+std::vector<Case> plan_cases() {
+  const std::vector<std::string> p = {"plan", "--microbatches", "16", "--fault-tolerance", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = p;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::string prof = good_profile();
+  return {
+      {"plan_profile_dev_zero", with({"--profile", "/dev/zero", "--nodes", "4"}), 2,
+       "character device"},
+      {"plan_profile_fifo", with({"--profile", fifo(), "--nodes", "4"}), 2, "FIFO"},
+      {"plan_profile_huge_number",
+       with({"--profile", cases_dir() + "/huge_number.json", "--nodes", "4"}), 2,
+       "huge_number.json"},
+      {"plan_profile_zero_costs", with({"--profile", cases_dir() + "/zero.json", "--nodes", "4"}),
+       2, "positive times"},
+      {"plan_memory_neg", with({"--profile", prof, "--nodes", "4", "--memory-gb", "-1"}), 2,
+       "--memory-gb"},
+      {"plan_gbps_nan", with({"--profile", prof, "--nodes", "4", "--inter-node-gbps", "nan"}), 2,
+       "--inter-node-gbps"},
+      {"plan_gbps_zero", with({"--profile", prof, "--nodes", "4", "--intra-node-gbps", "0"}), 2,
+       "--intra-node-gbps"},
+      {"plan_nodes_wrap", with({"--profile", prof, "--nodes", "1431655766"}), 2, "--nodes"},
+      {"plan_microbatches_zero",
+       {"plan", "--profile", prof, "--nodes", "4", "--microbatches", "0"}, 2, "--microbatches"},
+      {"plan_cluster_huge_nodes",
+       with({"--profile", prof, "--cluster",
+             file("big_cluster.json",
+                  R"({"nodes": 1e30, "devices_per_node": 8, "device_memory_gb": 80})")}),
+       2, "out of range"},
+      {"plan_cluster_inf_memory",
+       with({"--profile", prof, "--cluster",
+             file("inf_cluster.json",
+                  R"({"nodes": 4, "devices_per_node": 8, "device_memory_gb": 1e400})")}),
+       2, "inf_cluster.json"},
+      {"plan_stdout_full", with({"--profile", prof, "--nodes", "4", "--json"}), 2, "cannot write",
+       "/dev/full"},
+  };
+}
+
+std::vector<Case> profile_cases() {
+  const std::vector<std::string> p = {"profile", "synth", "--model", "gpt3-xl"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = p;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  return {
+      {"synth_mbs_zero", with({"--microbatch-size", "0"}), 2, "--microbatch-size"},
+      {"synth_mbs_huge", with({"--microbatch-size", "2000000000"}), 2, "--microbatch-size"},
+      {"synth_mbs_nan", with({"--microbatch-size", "nan"}), 2, "microbatch-size"},
+      {"synth_output_full", with({"--output", "/dev/full"}), 2, "No space left on device"},
+      {"synth_output_no_dir", with({"--output", "/no/such/dir/p.json"}), 2, "No such file"},
+      {"synth_stdout_full", with({}), 2, "cannot write", "/dev/full"},
+  };
+}
+
+std::vector<Case> train_cases() {
+#ifdef BW_WITH_TORCH
+  const std::string corpus = file("corpus.txt", std::string(20000, 'a'));
+  const std::vector<std::string> t = {"train", "--quiet", "--model.name=tiny",
+                                      "--data.path=" + corpus, "--train.steps=1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = t;
+    a.push_back("--train.out_dir=" + cases_dir() + "/train_out");
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::string ckpt = sidecar_g32();
+  return {
+      {"train_world_wraps", with({"--cluster.nodes=1431655766", "--cluster.devices_per_node=3"}),
+       2, "cluster.nodes"},
+      {"train_world_limit", with({"--cluster.nodes=1000", "--cluster.devices_per_node=64"}), 2,
+       "more than the limit of 1024"},
+      {"train_number_huge", with({"--train.lr=1e400"}), 2, "train.lr"},
+      {"train_int_huge", with({"--train.steps=1e30"}), 2, "train.steps"},
+      {"train_microbatches_huge", with({"--pipeline.microbatches=2000000000"}), 2,
+       "pipeline.microbatches"},
+      {"train_fault_tolerance_vs_nodes", with({"--pipeline.fault_tolerance=9"}), 2,
+       "raise cluster.nodes"},
+      {"train_fault_tolerance_vs_pipelines", with({"--pipeline.pipelines=[4]"}), 2,
+       "--pipeline.fault_tolerance=0"},
+      {"train_tiny_step_timeout", with({"--elastic.step_timeout_s=0.001"}), 2,
+       "elastic.step_timeout_s"},
+      {"train_config_dev_zero", {"train", "/dev/zero"}, 2, "character device"},
+      {"train_config_fifo", {"train", fifo()}, 2, "FIFO"},
+      {"train_config_huge", {"train", file("huge.toml", std::string(2 << 20, '#'))}, 2,
+       "more than the limit"},
+      {"train_data_fifo", {"train", "--quiet", "--model.name=tiny", "--data.path=" + fifo()}, 2,
+       "not a regular file"},
+      {"train_data_dev_zero", {"train", "--quiet", "--model.name=tiny", "--data.path=/dev/zero"},
+       2, "not a regular file"},
+      {"train_out_dir_is_file", with({"--train.out_dir=" + corpus}), 2, "not a directory"},
+      {"train_out_dir_under_file", with({"--train.out_dir=/dev/null/run"}), 2, "not a directory"},
+      {"train_resume_partial", with({"--train.resume=" + cases_dir() + "/ckpt/checkpoint-000008.tmp"}),
+       2, "partial checkpoint"},
+      {"train_resume_missing", with({"--train.resume=" + cases_dir() + "/no_such_ckpt"}), 2,
+       "no checkpoint"},
+      {"train_resume_other_batch",
+       with({"--train.resume=" + ckpt, "--train.steps=10", "--pipeline.microbatches=8",
+             "--pipeline.microbatch_size=2"}),
+       2, "--pipeline.microbatches=8 --pipeline.microbatch_size=4"},
+      {"train_resume_other_seed",
+       with({"--train.resume=" + ckpt, "--train.steps=10", "--pipeline.microbatches=8",
+             "--pipeline.microbatch_size=4", "--data.seed=1"}),
+       2, "--data.seed=42"},
+      {"train_resume_past_end",
+       with({"--train.resume=" + ckpt, "--train.steps=4", "--pipeline.microbatches=8",
+             "--pipeline.microbatch_size=4"}),
+       2, "raise train.steps"},
+  };
+#else
+  return {};
+#endif
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all;
+  for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(),
+                    train_cases()}) {
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSubcommands, Hostile, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The limit and the deadline themselves work: a run within them succeeds (so a failure above is
+// the input's fault, not the harness's).
+TEST(HostileHarness, ValidRunsPassUnderTheSameLimits) {
+  for (const Case& c : std::vector<Case>{
+           {"ok_schedule", {"schedule", "--kind", "hanayo", "--waves", "2", "--devices", "4",
+                            "--microbatches", "8", "--svg", dir() + "/ok.svg"}, 0, "makespan"},
+           {"ok_simulate", {"simulate", "--model", "gpt3-1.3b", "--nodes", "8",
+                            "--throughput", "analytic", "--failure-every", "10m", "--hours", "1"},
+            0, "breakwater"},
+           {"ok_synth", {"profile", "synth", "--model", "gpt3-xl", "--output",
+                         dir() + "/p.json"}, 0, "wrote"}}) {
+    const Result r = run(c);
+    EXPECT_FALSE(r.timed_out) << c.name;
+    EXPECT_EQ(r.status, 0) << c.name << ":\n" << r.output;
+    EXPECT_NE(r.output.find(c.phrase), std::string::npos) << c.name << ":\n" << r.output;
+  }
+}
+
+}  // namespace
