@@ -135,7 +135,8 @@ void write_old(const std::string& dir, const Shards& s) {
   for (const char* kind : {"model", "optimizer"}) {
     NamedTensors merged;
     for (int r = 0; r < 2; ++r) {
-      auto f = bw::runtime::load_safetensors(fmt::format("{}/shard-{}.{}.safetensors", dir, r, kind));
+      auto f =
+          bw::runtime::load_safetensors(fmt::format("{}/shard-{}.{}.safetensors", dir, r, kind));
       for (auto& [n, t] : f.tensors) merged.emplace_back(n, t);
     }
     save_old(fmt::format("{}/{}.safetensors", dir, kind), merged);

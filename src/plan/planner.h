@@ -30,8 +30,8 @@ struct PlanResult {
 };
 
 // Throws ConfigError with the numbers and the fix when the model does not fit on the cluster,
-// the fault tolerance is too high for it (see instantiate.h), or the microbatches are too few or more
-// than kMaxPlanMicrobatches.
+// the fault tolerance is too high for it (see instantiate.h), or the microbatches are too few or
+// more than kMaxPlanMicrobatches.
 PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_tolerance,
                      int microbatches, const PlannerOptions& options = {});
 

@@ -171,7 +171,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) corrupt(path, "cannot read the header");
-  uint32_t file_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());
+  uint32_t head_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());  // length + header
   Json header;
   try {
     header = Json::parse(text);
@@ -269,7 +269,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
   }
   result.digest = {file_bytes,
-                   crc32c_combine(file_crc, data_crc, static_cast<size_t>(data_bytes))};
+                   crc32c_combine(head_crc, data_crc, static_cast<size_t>(data_bytes))};
   return result;
 }
 

@@ -26,7 +26,8 @@ std::string shard_name(int rank, const char* kind) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The step of "checkpoint-000040", "checkpoint-000040.tmp" or ".old"; -1 for other names.

@@ -170,7 +170,8 @@ std::vector<Case> schedule_cases() {
   const std::string s = "schedule";
   return {
       {"sched_forward_nan", {s, "--forward-ms", "nan"}, 2, "--forward-ms must be a number"},
-      {"sched_forward_neg", {s, "--forward-ms", "-1"}, 2, "--forward-ms must be a finite number > 0"},
+      {"sched_forward_neg", {s, "--forward-ms", "-1"}, 2,
+       "--forward-ms must be a finite number > 0"},
       {"sched_backward_inf", {s, "--backward-ms", "inf"}, 2, "--backward-ms must be a finite"},
       {"sched_forward_zero", {s, "--forward-ms", "0"}, 2, "--forward-ms"},
       {"sched_bandwidth_neg", {s, "--bandwidth-gbps", "-5"}, 2, "--bandwidth-gbps"},
@@ -356,7 +357,8 @@ std::vector<Case> train_cases() {
        2, "not a regular file"},
       {"train_out_dir_is_file", with({"--train.out_dir=" + corpus}), 2, "not a directory"},
       {"train_out_dir_under_file", with({"--train.out_dir=/dev/null/run"}), 2, "not a directory"},
-      {"train_resume_partial", with({"--train.resume=" + cases_dir() + "/ckpt/checkpoint-000008.tmp"}),
+      {"train_resume_partial",
+       with({"--train.resume=" + cases_dir() + "/ckpt/checkpoint-000008.tmp"}),
        2, "partial checkpoint"},
       {"train_resume_missing", with({"--train.resume=" + cases_dir() + "/no_such_ckpt"}), 2,
        "no checkpoint"},
