@@ -170,7 +170,7 @@ TEST(ProfileMeasureCli, WritesAProfileThePlannerLoads) {
   auto [bad, msg] = run_cli("profile measure --model tiny --microbatch-size 0 --out " + path);
   EXPECT_EQ(bad, 2) << msg;
   EXPECT_NE(msg.find("error: "), std::string::npos) << msg;
-  EXPECT_NE(msg.find("microbatch size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--microbatch-size"), std::string::npos) << msg;
 }
 
 }  // namespace

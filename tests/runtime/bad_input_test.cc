@@ -124,14 +124,20 @@ TEST(BadResume, CheckpointOfAnotherModelIsAConfigError) {
 // status of bad input, not 3 (a failed peer).
 TEST(WorkerConfigError, ReachesTheUserAsBadInput) {
   const auto out = (fs::path(dir()) / "worker_config_error").string();
-  // Shards are staged in checkpoint-000001.tmp/ (runtime/checkpointing.h).
-  const auto blocker = fs::path(out) / "checkpoint-000001.tmp" / "shard-0.model.safetensors.tmp";
-  fs::create_directories(blocker);
+  // Shards are staged in checkpoint-000050.tmp/ (runtime/checkpointing.h). A run clears staging
+  // directories when it starts, so the blocker goes in once training is under way.
+  const auto blocker = fs::path(out) / "checkpoint-000050.tmp" / "shard-0.model.safetensors.tmp";
   auto r = run_cli({"train", "--quiet", "--devices=2", "--model.name=tiny",
-                    "--data.path=" + write_corpus("worker_error.txt", 20000), "--train.steps=2",
-                    "--train.checkpoint_every=1", "--pipeline.microbatches=4",
-                    "--pipeline.microbatch_size=2", "--train.out_dir=" + out},
-                   out + ".log", kDeadlineS);
+                    "--data.path=" + write_corpus("worker_error.txt", 20000), "--train.steps=50",
+                    "--pipeline.microbatches=4", "--pipeline.microbatch_size=2",
+                    "--train.out_dir=" + out},
+                   out + ".log", kDeadlineS, [&](pid_t) {
+                     for (int i = 0; i < 3000; ++i) {
+                       if (fs::exists(fs::path(out) / "metrics.jsonl")) break;
+                       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                     }
+                     fs::create_directories(blocker);
+                   });
   EXPECT_FALSE(r.timed_out) << "hung";
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("error: cannot open checkpoint file '" + blocker.string() + "'"),
