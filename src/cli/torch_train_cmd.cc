@@ -138,6 +138,7 @@ void add_train(CLI::App& app) {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
     const auto config = runtime::load_run_config(args->config_path, overrides);
+    if (args->devices > 0) runtime::validate_devices(config, args->devices);
     if (!args->quiet) fmt::print("# resolved config\n{}\n", runtime::to_toml(config));
     elastic::CoordinatorOptions options;
     options.devices = args->devices;

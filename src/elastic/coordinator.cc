@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -248,7 +249,21 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     }
     auto t_prev = SteadyClock::now();
     for (int step = first_step; step < steps; ++step) {
-      auto report = worker.run_step(step);
+      auto prepared = worker.prepare(step);
+      auto& report = prepared.report;
+      if (!std::isfinite(report.loss) || !std::isfinite(report.grad_norm)) {
+        const auto last = runtime::latest_checkpoint(config.train.out_dir);
+        throw ConfigError(fmt::format(
+            "training diverged at step {}: the loss is {} and the gradient norm {}; the step was "
+            "not applied. {}; lower train.lr, raise train.warmup_steps or tighten "
+            "train.grad_clip",
+            step, report.loss, report.grad_norm,
+            last.empty() ? std::string("There is no checkpoint")
+                         : fmt::format("The last good checkpoint is {}: resume with "
+                                       "--train.resume={}",
+                                       last, last)));
+      }
+      worker.apply(step, prepared);
       if (runtime::checkpoint_due(config.train, step)) {
         const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
         runtime::write_shard(worker, dir);

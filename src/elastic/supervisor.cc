@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -313,6 +314,26 @@ void Supervisor::poll_run() {
           runtime::StepReport::from_json(nlohmann::json::parse(get_string(*store_, key))));
       store_->deleteKey(key);
       ids.insert(ids.end(), rec.reports.back().samples.begin(), rec.reports.back().samples.end());
+    }
+    const double loss = rec.reports.front().loss;  // every rank reports the global loss
+    if (!std::isfinite(loss) || !std::isfinite(rec.reports.front().grad_norm)) {
+      // Never commit a non-finite update: the step is aborted, so no weights turn NaN.
+      set_string(*store_, keys::decision(g_, committed_), "abort");
+      set_string(*store_, keys::abort(g_), "1");
+      set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+      const auto [ck_step, ck] = last_checkpoint(ctx_.config.train.out_dir);
+      outcome_.kind = Outcome::kFailed;
+      outcome_.config_error = true;
+      outcome_.message = fmt::format(
+          "training diverged at step {}: the loss is {} and the gradient norm {}; the step was not "
+          "applied. {}; lower train.lr, raise train.warmup_steps or tighten train.grad_clip",
+          committed_, loss, rec.reports.front().grad_norm,
+          ck.empty() ? std::string("There is no checkpoint")
+                     : fmt::format("The last good checkpoint is {} (step {}): resume with "
+                                   "--train.resume={}",
+                                   ck, ck_step, ck));
+      phase_ = Phase::kDone;
+      return;
     }
     const bool last_step = committed_ + 1 == opt_.steps;
     const bool join = !joiners_.empty() && !last_step;

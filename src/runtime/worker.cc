@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/check.h"
@@ -44,11 +45,17 @@ nlohmann::json StepReport::to_json() const {
 }
 
 StepReport StepReport::from_json(const nlohmann::json& d) {
+  // JSON has no NaN or infinity: a non-finite value travels as null and comes back as NaN, so
+  // the coordinator sees (and refuses to commit) a diverged step.
+  auto num = [&](const char* key) {
+    const auto& v = d.at(key);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
   StepReport r;
   r.step = d.at("step");
   r.rank = d.at("rank");
-  r.loss = d.at("loss");
-  r.grad_norm = d.at("grad_norm");
+  r.loss = num("loss");
+  r.grad_norm = num("grad_norm");
   r.lr = d.at("lr");
   r.step_ms = d.at("step_ms");
   r.exec_ms = d.at("exec_ms");

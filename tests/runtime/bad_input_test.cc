@@ -96,7 +96,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"too_many_chunks",
                 {"--devices=5", "--pipeline.schedule=1f1b", "--pipeline.pipelines=[5]",
                  "--pipeline.fault_tolerance=0"},
-                "only 4 layers"}),
+                "only 4 layers"},
+        // A diverging run stops at the first non-finite loss, before that step is applied, in
+        // worker processes and in one process alike.
+        BadCase{"diverged_workers",
+                {"--devices=4", "--train.steps=30", "--train.lr=1e4", "--train.min_lr=1",
+                 "--train.warmup_steps=1", "--train.grad_clip=0"},
+                "training diverged at step"},
+        BadCase{"diverged_one_process",
+                {"--devices=1", "--train.steps=30", "--train.lr=1e4", "--train.min_lr=1",
+                 "--train.warmup_steps=1", "--train.grad_clip=0"},
+                "training diverged at step"}),
     [](const auto& info) { return info.param.name; });
 
 // Resuming a checkpoint written for another model is one clear error before any worker starts.
