@@ -67,6 +67,9 @@ int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
   } catch (const CommError& e) {
     fmt::print(stderr, "communication error: {}\n", e.what());
     return 3;
+  } catch (const Interrupted& e) {
+    fmt::print(stderr, "stopped: {}\n", e.what());
+    return 130;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the user named cannot be created, listed or removed: bad input, not a bug.
     fmt::print(stderr, "error: {}\n", e.what());

@@ -30,4 +30,10 @@ class CommError : public std::runtime_error {
   explicit CommError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The user asked the run to stop (Ctrl-C, SIGTERM) and it did, cleanly; exit status 130.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(const std::string& what) : std::runtime_error(what) {}
+};
+
 }  // namespace bw

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <chrono>
 #include <filesystem>
@@ -34,6 +38,34 @@ namespace fs = std::filesystem;
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// Ctrl-C / SIGTERM: the first asks for a stop at the next step boundary with a checkpoint, the
+// second ends the process at once (its agents and workers die with it, PR_SET_PDEATHSIG).
+volatile std::sig_atomic_t g_signals = 0;
+extern "C" void on_stop_signal(int) {
+  if (++g_signals >= 2) _exit(130);
+}
+
+struct StopSignals {
+  StopSignals() {
+    g_signals = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+  struct sigaction old_int {}, old_term {};
+};
+
+std::string resume_hint(const std::string& sidecar) {
+  return fmt::format("resume with `breakwater train <the same config> --train.resume={}`",
+                     sidecar);
+}
 
 std::string as_string(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
@@ -238,6 +270,7 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   };
 
   torch::set_num_threads(std::max(1, config.train.threads_per_worker));
+  StopSignals stop_signals;
   if (world == 1) {
     runtime::ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
     state.keep_only(run.layout.layers_of(0));
@@ -264,6 +297,13 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
                                        last, last)));
       }
       worker.apply(step, prepared);
+      if (g_signals > 0 && step + 1 < steps) {
+        const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
+        runtime::write_shard(worker, dir);
+        const auto sidecar = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run));
+        throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
+                                      sidecar, resume_hint(sidecar)));
+      }
       if (runtime::checkpoint_due(config.train, step)) {
         const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
         runtime::write_shard(worker, dir);
@@ -344,8 +384,23 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     runtime::log(runtime::LogLevel::kInfo, "store on port {}, {} nodes", store->getPort(),
                  ctx.cluster.num_nodes);
     sup.start();
-    while (sup.tick()) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    bool asked = false;
+    while (sup.tick()) {
+      if (g_signals > 0 && !asked) {
+        asked = true;
+        sup.request_stop();
+        fmt::print(stderr, "\nstopping at the next step boundary with a checkpoint (again to stop "
+                           "at once)\n");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
     const auto& out = sup.outcome();
+    if (out.kind == Outcome::kInterrupted) {
+      nodes.kill_all();
+      if (out.checkpoint.empty()) throw Interrupted(out.message + "; no checkpoint was written");
+      throw Interrupted(fmt::format("{}; wrote {}; {}", out.message, out.checkpoint,
+                                    resume_hint(out.checkpoint)));
+    }
     if (out.kind == Outcome::kFailed) {
       nodes.kill_all();
       if (out.config_error) throw ConfigError(out.message);

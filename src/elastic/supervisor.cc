@@ -336,7 +336,8 @@ void Supervisor::poll_run() {
       return;
     }
     const bool last_step = committed_ + 1 == opt_.steps;
-    const bool join = !joiners_.empty() && !last_step;
+    const bool halt = stop_requested_ && !last_step;
+    const bool join = (!joiners_.empty() || halt) && !last_step;
     set_string(*store_, keys::decision(g_, committed_), join ? "last" : "commit");
     rec.loss = rec.reports.front().loss;
     rec.grad_norm = rec.reports.front().grad_norm;
@@ -371,6 +372,11 @@ void Supervisor::poll_run() {
     }
     gen_committed_any_ = true;
     if (on_step) on_step(rec);
+    if (halt) {
+      stopping_ = true;
+      begin_quiesce();
+      return;
+    }
     if (join) {
       recovery_ = Recovery{};
       recovery_->kind = "node_joined";
@@ -473,6 +479,11 @@ void Supervisor::poll_quiesce() {
     }
     pending_checkpoints_.clear();
     if (recovery_) recovery_->quiesced_ms = now;
+    if (stopping_) {
+      stop("stopped on request (a signal)");
+      if (outcome_.kind == Outcome::kStopped) outcome_.kind = Outcome::kInterrupted;
+      return;
+    }
     replan();
     return;
   }
@@ -570,8 +581,10 @@ void Supervisor::stop(const std::string& why) {
   e.nodes.assign(failed_.begin(), failed_.end());
   e.cause = why;
   outcome_.kind = Outcome::kStopped;
-  outcome_.message = fmt::format("cannot continue after losing node(s) {} at step {}: {}",
-                                 fmt::join(failed_, ","), committed_, why);
+  outcome_.message =
+      stopping_ ? fmt::format("stopped at step {} on request", committed_)
+                : fmt::format("cannot continue after losing node(s) {} at step {}: {}",
+                              fmt::join(failed_, ","), committed_, why);
   if (lost.empty() && !by_writer.empty()) {
     save_dir_ = runtime::checkpoint_dir(ctx_.config.train.out_dir, committed_);
     std::error_code ec;

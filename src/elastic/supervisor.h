@@ -94,7 +94,7 @@ struct SupervisorOptions {
 
 // How the run ended.
 struct Outcome {
-  enum Kind { kRunning, kFinished, kStopped, kFailed } kind = kRunning;
+  enum Kind { kRunning, kFinished, kStopped, kFailed, kInterrupted } kind = kRunning;
   std::string message;     // kStopped / kFailed
   bool config_error = false;  // kFailed: a worker's bad input (exit 2) rather than a bug (1)
   std::string checkpoint;  // kStopped: written from the survivors, if any
@@ -111,6 +111,9 @@ class Supervisor {
   // One iteration; false once the run has ended (see outcome()).
   bool tick();
   const Outcome& outcome() const { return outcome_; }
+
+  // Stop at the next step boundary and checkpoint the committed state (Ctrl-C, SIGTERM).
+  void request_stop() { stop_requested_ = true; }
 
   const RunPlan& current() const { return run_; }
   int committed() const { return committed_; }
@@ -191,7 +194,9 @@ class Supervisor {
   double save_deadline_ms_ = 0;
   std::set<int> used_faults_;
   double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
-  int regroups_ = 0;          // generations re-formed with no failure, since the last commit  // injected faults already matched to a lost node
+  int regroups_ = 0;          // generations re-formed with no failure, since the last commit
+  bool stop_requested_ = false;
+  bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected faults already matched to a lost node
 };
 
 // FNV-1a 64 of the sorted ids, as 16 hex digits.

@@ -354,6 +354,47 @@ TEST(ExternalSignal, StoppedWorkerIsFoundAndTheRunMatchesTheFailureFreeRun) {
   expect_same_state(got.out_dir, want.out_dir, steps);
 }
 
+// Ctrl-C (SIGINT to the coordinator) stops at the next step boundary with exit status 130,
+// writes the committed state as a checkpoint and says how to resume; the resumed run completes
+// exactly like the failure-free one.
+TEST(Interrupt, CtrlCCheckpointsAndTheResumeMatchesTheFailureFreeRun) {
+  const int steps = 60;
+  const auto& want = reference(4, steps);
+  ASSERT_EQ(want.status, 0) << want.output;
+  TrainRun got;
+  got.out_dir = (fs::path(dir()) / "interrupted").string();
+  auto args = base_args(4, steps);
+  args.push_back("--train.out_dir=" + got.out_dir);
+  auto r = run_cli(args, got.out_dir + ".log", kDeadlineS, [&](pid_t pid) {
+    const auto metrics = fs::path(got.out_dir) / "metrics.jsonl";
+    for (int i = 0; i < 3000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (fs::exists(metrics) && fs::file_size(metrics) > 2000) break;
+    }
+    ::kill(pid, SIGINT);
+  });
+  ASSERT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.status, 130) << r.output;
+  const std::string flag = "--train.resume=";
+  const auto at = r.output.find(flag);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const auto ckpt = r.output.substr(at + flag.size(), r.output.find('`', at) - at - flag.size());
+  read_metrics(got);
+  const int done = static_cast<int>(got.steps.size());
+  ASSERT_GT(done, 0);
+  ASSERT_LT(done, steps) << "the run ended before the signal";
+  EXPECT_NE(ckpt.find(fmt::format("checkpoint-{:06d}", done)), std::string::npos) << ckpt;
+  expect_exactly_once(got, TrainRun{0, false, "", std::vector<nlohmann::json>(
+                                                      want.steps.begin(), want.steps.begin() + done)});
+
+  auto resume = base_args(4, steps);
+  resume.push_back("--train.resume=" + ckpt);
+  const auto resumed = train("interrupted_resumed", resume);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  expect_exactly_once(resumed, want, done);
+  expect_same_state(resumed.out_dir, want.out_dir, steps);
+}
+
 // A killed node comes back (elastic.rejoin_after_s), joins at a step boundary, receives its
 // layers, and the plan uses it again: the last steps run on all four nodes.
 TEST(Join, KilledNodeRejoinsAndTheRunMatchesTheFailureFreeRun) {
