@@ -298,6 +298,30 @@ void Supervisor::maybe_start_joins() {
   }
 }
 
+void Supervisor::report_recovery(int step, double now) {
+  Event e;
+  e.kind = "recovered";
+  e.step = step;
+  e.nodes = pending_->nodes;
+  e.generation = g_;
+  e.cause = pending_->kind;
+  e.old_plan = pending_->old_plan;
+  e.new_plan = plan_string(run_);
+  e.detect_ms = pending_->detect_ms - pending_->fail_ms;
+  e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
+  e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
+  for (int r = 0; r < run_.layout.world_size(); ++r) {
+    if (!exists(*store_, keys::joined(g_, r))) continue;
+    const auto j = nlohmann::json::parse(get_string(*store_, keys::joined(g_, r)));
+    e.regroup_ms = std::max(e.regroup_ms, j.at("regroup_ms").get<double>());
+    e.transfer_ms = std::max(e.transfer_ms, j.at("transfer_ms").get<double>());
+  }
+  e.recovery_ms = now - pending_->fail_ms;
+  e.replay_ms = std::max(0.0, now - pending_->published_ms - e.regroup_ms - e.transfer_ms);
+  if (on_event) on_event(e);
+  pending_.reset();
+}
+
 void Supervisor::poll_run() {
   maybe_start_joins();
   const int world = run_.layout.world_size();
@@ -347,29 +371,7 @@ void Supervisor::poll_run() {
     last_commit_ms_ = now;
     ++committed_;
     if (runtime::checkpoint_due(ctx_.config.train, rec.step)) pending_checkpoints_.insert(committed_);
-    if (pending_ && !gen_committed_any_) {
-      Event e;
-      e.kind = "recovered";
-      e.step = rec.step;
-      e.nodes = pending_->nodes;
-      e.generation = g_;
-      e.cause = pending_->kind;
-      e.old_plan = pending_->old_plan;
-      e.new_plan = plan_string(run_);
-      e.detect_ms = pending_->detect_ms - pending_->fail_ms;
-      e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
-      e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
-      for (int r = 0; r < world; ++r) {
-        if (!exists(*store_, keys::joined(g_, r))) continue;
-        const auto j = nlohmann::json::parse(get_string(*store_, keys::joined(g_, r)));
-        e.regroup_ms = std::max(e.regroup_ms, j.at("regroup_ms").get<double>());
-        e.transfer_ms = std::max(e.transfer_ms, j.at("transfer_ms").get<double>());
-      }
-      e.recovery_ms = now - pending_->fail_ms;
-      e.replay_ms = std::max(0.0, now - pending_->published_ms - e.regroup_ms - e.transfer_ms);
-      if (on_event) on_event(e);
-      pending_.reset();
-    }
+    if (pending_ && !gen_committed_any_) report_recovery(rec.step, now);
     gen_committed_any_ = true;
     if (on_step) on_step(rec);
     if (halt) {
@@ -659,22 +661,7 @@ void Supervisor::poll_finish() {
         outcome_.parameter_checksums[layer] = it.value().at(0).get<std::string>();
       }
     }
-    if (pending_) {
-      Event e;
-      e.kind = "recovered";
-      e.step = committed_;
-      e.nodes = pending_->nodes;
-      e.generation = g_;
-      e.cause = pending_->kind;
-      e.old_plan = pending_->old_plan;
-      e.new_plan = plan_string(run_);
-      e.detect_ms = pending_->detect_ms - pending_->fail_ms;
-      e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
-      e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
-      e.recovery_ms = now - pending_->fail_ms;
-      if (on_event) on_event(e);
-      pending_.reset();
-    }
+    if (pending_) report_recovery(committed_, now);
     set_string(*store_, keys::abort(g_), "1");
     set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
     outcome_.kind = Outcome::kFinished;

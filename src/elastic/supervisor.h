@@ -158,6 +158,7 @@ class Supervisor {
   void replan();
   void stop(const std::string& why);
   void begin_quiesce();
+  void report_recovery(int first_step, double now);  // the pending recovery's event
   void maybe_start_joins();
   std::string plan_string(const RunPlan& run) const;
   std::vector<int> workers_of(int node) const;
