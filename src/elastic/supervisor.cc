@@ -106,7 +106,6 @@ void Supervisor::publish(const RunPlan& run, int first_step,
   for (const auto& [layer, from, to] : copies) start["copies"].push_back({layer, from, to});
   set_string(*store_, keys::layout(g_), layout.dump());
   set_string(*store_, keys::start(g_), start.dump());
-  gen_first_step_ = first_step;
   gen_committed_any_ = false;
   left_since_ms_ = 0;
   committed_ = first_step;
@@ -240,19 +239,24 @@ void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
   st.in_plan = false;
   failed_.insert(node);
   if (phase_ == Phase::kRun || phase_ == Phase::kFinish) {
-    recovery_ = Recovery{};
-    recovery_->kind = "node_lost";
-    recovery_->fail_ms = fail_ms;
-    recovery_->detect_ms = now;
-    recovery_->step = committed_;
-    recovery_->old_plan = plan_string(run_);
-    begin_quiesce();
+    start_recovery("node_lost", fail_ms, {});
   } else if (phase_ == Phase::kSave) {
     outcome_.kind = Outcome::kStopped;
     outcome_.message += fmt::format("; node {} was lost while the checkpoint was being written", node);
     phase_ = Phase::kDone;
   }
   if (recovery_) recovery_->nodes.assign(failed_.begin(), failed_.end());
+}
+
+void Supervisor::start_recovery(const std::string& kind, double fail_ms, std::vector<int> nodes) {
+  recovery_ = Recovery{};
+  recovery_->kind = kind;
+  recovery_->nodes = std::move(nodes);
+  recovery_->fail_ms = fail_ms;
+  recovery_->detect_ms = clock_.now_ms();
+  recovery_->step = committed_;
+  recovery_->old_plan = plan_string(run_);
+  begin_quiesce();
 }
 
 void Supervisor::begin_quiesce() {
@@ -380,14 +384,7 @@ void Supervisor::poll_run() {
       return;
     }
     if (join) {
-      recovery_ = Recovery{};
-      recovery_->kind = "node_joined";
-      recovery_->nodes.assign(joiners_.begin(), joiners_.end());
-      recovery_->fail_ms = now;
-      recovery_->detect_ms = now;
-      recovery_->step = committed_;
-      recovery_->old_plan = plan_string(run_);
-      begin_quiesce();
+      start_recovery("node_joined", now, {joiners_.begin(), joiners_.end()});
       return;
     }
     if (committed_ == opt_.steps) {
@@ -419,13 +416,7 @@ void Supervisor::poll_run() {
     }
     runtime::log(runtime::LogLevel::kWarn, "re-forming generation {} on the same nodes: {}", g_,
                  why);
-    recovery_ = Recovery{};
-    recovery_->kind = "regroup";
-    recovery_->fail_ms = left_since_ms_;
-    recovery_->detect_ms = now;
-    recovery_->step = committed_;
-    recovery_->old_plan = plan_string(run_);
-    begin_quiesce();
+    start_recovery("regroup", left_since_ms_, {});
     return;
   } else if (now - last_commit_ms_ > opt_.step_timeout_ms) {
     // Nobody died, yet the step is not done: the first rank that is not ready counts as hung.

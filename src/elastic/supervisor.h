@@ -157,6 +157,8 @@ class Supervisor {
   void poll_save();
   void replan();
   void stop(const std::string& why);
+  // Records what started a recovery (for its event) and aborts the generation.
+  void start_recovery(const std::string& kind, double fail_ms, std::vector<int> nodes);
   void begin_quiesce();
   void report_recovery(int first_step, double now);  // the pending recovery's event
   void maybe_start_joins();
@@ -175,7 +177,6 @@ class Supervisor {
 
   int g_ = 0;
   int committed_ = 0;  // steps committed (the next step to commit)
-  int gen_first_step_ = 0;
   bool gen_committed_any_ = false;
   double last_commit_ms_ = 0;
   int64_t exits_seen_ = 0;

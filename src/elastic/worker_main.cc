@@ -281,10 +281,8 @@ void run_generation(Context& cx, int g) {
       }
     }
     runtime::PhaseHook hook = [&cx](const char* phase) { cx.injector->at(cx.step, phase); };
-    const auto t_groups = Clock::now();
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
-    (void)t_groups;
     const std::string resume = start.at("resume");
     if (!resume.empty()) {
       auto ckpt = runtime::load_checkpoint(resume);
