@@ -41,10 +41,14 @@ void print_plan(const runtime::RunLayout& layout, const std::vector<std::string>
       chunks.push_back(fmt::format("c{}@d{}:L{}-{}", c, pl.schedule.chunk_device[c],
                                    pl.chunk_layers[c].first, pl.chunk_layers[c].second - 1));
     }
-    fmt::print("  pipeline {}: ranks {}-{}, schedule {}, microbatches {}-{}, chunks {}\n", p,
-               pl.first_rank, pl.first_rank + pl.num_devices - 1, pl.schedule.kind,
-               pl.first_microbatch, pl.first_microbatch + pl.num_microbatches - 1,
-               fmt::join(chunks, " "));
+    const bool sharded =
+        std::any_of(pl.widths.begin(), pl.widths.end(), [](int w) { return w > 1; });
+    fmt::print(
+        "  pipeline {}: ranks {}-{}, schedule {}, microbatches {}-{}, chunks {}{}\n", p,
+        pl.first_rank, pl.first_rank + pl.num_ranks() - 1, pl.schedule.kind, pl.first_microbatch,
+        pl.first_microbatch + pl.num_microbatches - 1, fmt::join(chunks, " "),
+        sharded ? fmt::format(", devices per stage [{}] (sharded)", fmt::join(pl.widths, ","))
+                : "");
   }
   for (const auto& n : notes) fmt::print("  note: {}\n", n);
   std::fflush(stdout);
@@ -74,7 +78,10 @@ void print_event(const elastic::Event& e, bool tty) {
     fmt::print(stderr,
                "{}event: recovered from {} of node(s) {} in {:.0f} ms; plan {} -> {} (generation "
                "{}, resuming at step {})\n",
-               lead, e.cause == "node_lost" ? "the loss" : e.cause == "node_joined" ? "the join" : e.cause,
+               lead,
+               e.cause == "node_lost"     ? "the loss"
+               : e.cause == "node_joined" ? "the join"
+                                          : e.cause,
                fmt::join(e.nodes, ","), e.recovery_ms, e.old_plan, e.new_plan, e.generation,
                e.step);
   } else if (e.kind == "stopped") {
@@ -88,14 +95,15 @@ void print_events(const std::vector<elastic::Event>& events) {
   for (const auto& e : events) any = any || e.kind == "recovered";
   if (!any) return;
   fmt::print("\n{:<11} {:>5} {:<8} {:>4} {:>9} {:>9} {:>8} {:>10} {:>11} {:>9} {:>11}\n", "event",
-             "step", "nodes", "gen", "detect ms", "stop ms", "plan ms", "regroup ms",
-             "transfer ms", "replay ms", "recovery ms");
+             "step", "nodes", "gen", "detect ms", "stop ms", "plan ms", "regroup ms", "transfer ms",
+             "replay ms", "recovery ms");
   for (const auto& e : events) {
     if (e.kind != "recovered") continue;
-    fmt::print("{:<11} {:>5} {:<8} {:>4} {:>9.0f} {:>9.0f} {:>8.1f} {:>10.0f} {:>11.1f} {:>9.0f} {:>11.0f}\n",
-               e.cause, e.step, fmt::format("{}", fmt::join(e.nodes, ",")), e.generation,
-               e.detect_ms, e.quiesce_ms, e.plan_ms, e.regroup_ms, e.transfer_ms, e.replay_ms,
-               e.recovery_ms);
+    fmt::print(
+        "{:<11} {:>5} {:<8} {:>4} {:>9.0f} {:>9.0f} {:>8.1f} {:>10.0f} {:>11.1f} {:>9.0f} "
+        "{:>11.0f}\n",
+        e.cause, e.step, fmt::format("{}", fmt::join(e.nodes, ",")), e.generation, e.detect_ms,
+        e.quiesce_ms, e.plan_ms, e.regroup_ms, e.transfer_ms, e.replay_ms, e.recovery_ms);
   }
 }
 
@@ -107,7 +115,8 @@ void print_summary(const elastic::RunSummary& s) {
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
              "compute %");
-  for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size()); ++r) {
+  for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size());
+       ++r) {
     const auto [p, d] = s.layout.locate(r);
     fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>10.1f}\n", r, p, d, s.peak_rss_kb[r] / 1024.0,
                100.0 * s.compute_share[r]);

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 
@@ -110,6 +111,7 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
   }
   runtime::PipelineLayout pl;
   pl.num_devices = spec.devices;
+  pl.widths.assign(spec.devices, 1);
   pl.num_microbatches = spec.microbatches;
   pl.chunk_layers = runtime::split_layers(num_layers, compute.num_chunks);
   pl.schedule = schedule::lower(compute);
@@ -117,13 +119,20 @@ runtime::PipelineLayout make_pipeline(const schedule::ScheduleSpec& spec, int nu
   return pl;
 }
 
-// A uniform template on n nodes: the config's schedule on n * g devices, even layer split, one
-// cost unit (1 ms) per layer per microbatch. Nullopt when the schedule does not fit the layers.
+// Stage widths for a pipeline of `devices` devices with stages of `per_stage` devices each.
+std::vector<int> even_widths(int devices, int per_stage) {
+  return std::vector<int>(static_cast<size_t>(devices / per_stage), per_stage);
+}
+
+// A uniform template on n nodes: the config's schedule on stages of `widths` devices (summing to
+// n * g; a stage of several devices is sharded), even layer split, one cost unit (1 ms) per layer
+// per microbatch, divided by the stage's width. Nullopt when the schedule does not fit the layers.
 std::optional<plan::Template> uniform_template(const runtime::PipelineConfig& p, int nodes,
-                                               int devices_per_node, int num_layers) {
-  const int devices = nodes * devices_per_node;
-  if (devices > num_layers) return std::nullopt;
-  auto spec = config_spec(p, devices, std::max(p.microbatches, 2 * devices), num_layers);
+                                               int devices_per_node, int num_layers,
+                                               const std::vector<int>& widths) {
+  const int stages = static_cast<int>(widths.size());
+  if (stages > num_layers) return std::nullopt;
+  auto spec = config_spec(p, stages, std::max(p.microbatches, 2 * stages), num_layers);
   if (!spec) return std::nullopt;
   plan::Template t;
   t.num_nodes = nodes;
@@ -132,22 +141,31 @@ std::optional<plan::Template> uniform_template(const runtime::PipelineConfig& p,
   t.microbatches = p.microbatches;
   const auto placement = schedule::chunk_placement(*spec);
   const auto ranges = runtime::split_layers(num_layers, static_cast<int>(placement.size()));
-  std::vector<double> stage_ms(devices, 0.0);
+  std::vector<double> stage_ms(stages, 0.0);
   for (size_t c = 0; c < placement.size(); ++c) {
     plan::Chunk chunk;
     chunk.first_layer = ranges[c].first;
     chunk.num_layers = ranges[c].second - ranges[c].first;
     chunk.stage = placement[c];
-    stage_ms[chunk.stage] += chunk.num_layers;
+    stage_ms[chunk.stage] += static_cast<double>(chunk.num_layers) / widths[chunk.stage];
     t.chunks.push_back(chunk);
   }
   // Stages carry the contiguous 1F1B partition (plan.h); the chunks say what each device holds.
-  const auto stage_ranges = runtime::split_layers(num_layers, devices);
-  for (int s = 0; s < devices; ++s) {
+  const auto stage_ranges = runtime::split_layers(num_layers, stages);
+  int offset = 0;
+  for (int s = 0; s < stages; ++s) {
     plan::Stage st;
-    st.node = s / devices_per_node;
-    st.first_device = s % devices_per_node;
-    st.num_devices = 1;
+    st.node = offset / devices_per_node;
+    st.first_device = offset % devices_per_node;
+    st.num_devices = widths[s];
+    if ((offset + widths[s] - 1) / devices_per_node != st.node) {
+      throw ConfigError(fmt::format(
+          "stage {} of a pipeline on {} node(s) would run on devices {}..{}, across a node "
+          "boundary (cluster.devices_per_node = {}); a stage's devices must be on one node: make "
+          "the stage widths divide the nodes' devices",
+          s, nodes, offset, offset + widths[s] - 1, devices_per_node));
+    }
+    offset += widths[s];
     st.first_layer = stage_ranges[s].first;
     st.num_layers = stage_ranges[s].second - stage_ranges[s].first;
     st.forward_ms = stage_ms[s] / 3;
@@ -155,8 +173,10 @@ std::optional<plan::Template> uniform_template(const runtime::PipelineConfig& p,
     st.stage_ms = stage_ms[s];
     t.stages.push_back(st);
   }
+  BW_CHECK(offset == nodes * devices_per_node, "stage widths cover {} of {} devices", offset,
+           nodes * devices_per_node);
   double sum = 0, mx = 0;
-  for (int s = 0; s < devices; ++s) {
+  for (int s = 0; s < stages; ++s) {
     sum += stage_ms[s];
     if (stage_ms[s] > mx) {
       mx = stage_ms[s];
@@ -193,12 +213,13 @@ RunPlan layout_plan(const PlanContext& ctx, const plan::Plan& plan) {
     const auto& pipe = plan.pipelines[i];
     const auto& t = pipe.tmpl;
     for (size_t s = 0; s < t.stages.size(); ++s) {
-      if (t.stages[s].num_devices != 1) {
+      if (t.stages[s].num_devices > layout.microbatch_size) {
         throw ConfigError(fmt::format(
-            "the plan's template for {} nodes runs stage {} on {} devices, and the runtime runs "
-            "one device per stage (sharded stages are not supported yet); set "
-            "cluster.devices_per_node = 1 or plan without a profile",
-            t.num_nodes, s, t.stages[s].num_devices));
+            "the plan's template for {} nodes runs stage {} on {} devices, but a sharded stage "
+            "splits each microbatch's samples over its devices and pipeline.microbatch_size is "
+            "{}; raise pipeline.microbatch_size to >= {}",
+            t.num_nodes, s, t.stages[s].num_devices, layout.microbatch_size,
+            t.stages[s].num_devices));
       }
     }
     const auto wanted = spec_of(t.schedule, t.num_stages(), pipe.microbatches);
@@ -222,11 +243,29 @@ RunPlan layout_plan(const PlanContext& ctx, const plan::Plan& plan) {
     }
     pl.first_rank = rank;
     pl.first_microbatch = mb;
+    pl.widths.clear();
+    bool sharded = false;
     for (int s = 0; s < t.num_stages(); ++s) {
-      out.workers.push_back(pipe.node_of_stage(s).value() * ctx.devices_per_node +
-                            t.stages[s].first_device);
+      pl.widths.push_back(t.stages[s].num_devices);
+      sharded = sharded || t.stages[s].num_devices > 1;
+      for (int j = 0; j < t.stages[s].num_devices; ++j) {
+        out.workers.push_back(pipe.node_of_stage(s).value() * ctx.devices_per_node +
+                              t.stages[s].first_device + j);
+      }
     }
-    rank += pl.num_devices;
+    if (sharded) {
+      for (const auto& list : pl.schedule.actions) {
+        for (const auto& a : list) {
+          if (a.kind == schedule::ActionKind::I || a.kind == schedule::ActionKind::W) {
+            throw ConfigError(fmt::format(
+                "pipeline {} runs sharded stages with schedule {}, which splits backward into I "
+                "and W; sharded stages run gpipe, 1f1b, interleaved or hanayo",
+                i, pl.schedule.kind));
+          }
+        }
+      }
+    }
+    rank += pl.num_ranks();
     mb += pl.num_microbatches;
     layout.pipelines.push_back(std::move(pl));
   }
@@ -278,8 +317,16 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
     ctx.templates.num_layers = num_layers;
     ctx.templates.devices_per_node = g;
     ctx.templates.microbatch_size = p.microbatch_size;
+    const int per_stage = p.devices_per_stage;
+    if (g % per_stage != 0) {
+      throw ConfigError(fmt::format(
+          "pipeline.devices_per_stage {} does not divide the {} devices of a node "
+          "(cluster.devices_per_node, or 1 with --devices); a stage's devices must be on one node",
+          per_stage, g));
+    }
     for (int n = 1; n <= nodes; ++n) {
-      if (auto t = uniform_template(p, n, g, num_layers)) ctx.templates.templates.push_back(*t);
+      if (auto t = uniform_template(p, n, g, num_layers, even_widths(n * g, per_stage)))
+        ctx.templates.templates.push_back(*t);
     }
     std::vector<int> devices = p.pipelines;
     if (devices.empty()) {
@@ -302,6 +349,7 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
     plan.microbatch_size = p.microbatch_size;
     plan.global_microbatches = p.microbatches;
     int node = 0;
+    size_t stage_cursor = 0;
     for (size_t i = 0; i < devices.size(); ++i) {
       if (devices[i] % g != 0) {
         throw ConfigError(fmt::format(
@@ -311,6 +359,18 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
       }
       const int n = devices[i] / g;
       const auto* t = ctx.templates.find(n);
+      std::optional<plan::Template> custom;
+      if (!p.stage_devices.empty()) {
+        // This pipeline's stage widths, in order (validated to cut each pipeline whole).
+        std::vector<int> widths;
+        int used = 0;
+        while (used < devices[i]) {
+          widths.push_back(p.stage_devices[stage_cursor]);
+          used += p.stage_devices[stage_cursor++];
+        }
+        custom = uniform_template(p, n, g, num_layers, widths);
+        t = custom ? &*custom : nullptr;
+      }
       if (t == nullptr) {
         const auto spec = config_spec(p, devices[i], microbatches[i], num_layers);
         throw ConfigError(fmt::format(
@@ -330,15 +390,15 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
     plan::validate_plan(plan);
     // The config's schedule may have needed fewer waves or chunks for the model's layers.
     for (const auto& pipe : plan.pipelines) {
-      const auto want = spec_of(p.schedule == "hanayo"        ? fmt::format("hanayo-w{}", p.waves)
-                                : p.schedule == "interleaved" ? fmt::format("interleaved-v{}",
-                                                                            p.chunks_per_device)
-                                                              : p.schedule,
+      const auto want = spec_of(p.schedule == "hanayo" ? fmt::format("hanayo-w{}", p.waves)
+                                : p.schedule == "interleaved"
+                                    ? fmt::format("interleaved-v{}", p.chunks_per_device)
+                                    : p.schedule,
                                 pipe.tmpl.num_stages(), pipe.microbatches);
       if (label_of(want) != pipe.tmpl.schedule) {
-        notes.push_back(fmt::format(
-            "{} needs more chunks than the model's {} layers on {} devices; running {}",
-            label_of(want), num_layers, pipe.tmpl.num_stages(), pipe.tmpl.schedule));
+        notes.push_back(
+            fmt::format("{} needs more chunks than the model's {} layers on {} devices; running {}",
+                        label_of(want), num_layers, pipe.tmpl.num_stages(), pipe.tmpl.schedule));
       }
     }
   }
@@ -365,7 +425,7 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
       for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
         const double need = estimate_device_bytes(layout, model, pi, d);
         if (need > limit) {
-          const int r = layout.pipelines[pi].first_rank + d;
+          const int r = layout.pipelines[pi].stage_first_rank(d);
           throw ConfigError(fmt::format(
               "device {} of pipeline {} (rank {}) holds layers {} and needs about {:.3f} GB, but "
               "cluster.memory_gb is {}; raise cluster.memory_gb, add devices, or use a smaller "
@@ -387,6 +447,7 @@ runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
   layout.total_microbatches = config.pipeline.microbatches;
   runtime::PipelineLayout pl;
   pl.num_devices = 1;
+  pl.widths = {1};
   pl.num_microbatches = config.pipeline.microbatches;
   pl.chunk_layers = {{0, layout.num_layers}};
   pl.schedule.kind = "single";
@@ -408,10 +469,12 @@ runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
                              int pipeline, int device) {
   const auto& pl = layout.pipelines[pipeline];
-  const int rank = pl.first_rank + device;
-  double param_count = 0, act_bytes_per_mb = 0;
+  const int rank = pl.stage_first_rank(device);
+  const int width = pl.widths[device];
+  double param_count = 0, act_bytes_per_mb = 0, largest = 0;
   for (int l : layout.layers_of(rank)) {
     param_count += static_cast<double>(model::num_parameters(model, l));
+    largest = std::max(largest, static_cast<double>(model::num_parameters(model, l)));
     // A block keeps roughly 16 activations of [mbs, T, d] plus the attention matrix.
     const double btd = double(layout.microbatch_size) * model.seq_len * model.d_model;
     const double att =
@@ -436,7 +499,12 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
     if (a.kind == schedule::ActionKind::B || a.kind == schedule::ActionKind::W) --in_flight;
   }
   // `peak` counts chunk-microbatches; each holds only its chunk's share, so this bounds above.
-  return 16.0 * param_count + act_bytes_per_mb * std::max(1, peak);
+  if (width == 1) return 16.0 * param_count + act_bytes_per_mb * std::max(1, peak);
+  // Sharded: 1/width of the state, one layer gathered whole (parameters and gradient), and
+  // activations of the member's rows only.
+  const double rows = std::ceil(static_cast<double>(layout.microbatch_size) / width);
+  return 16.0 * param_count / width + 8.0 * largest +
+         act_bytes_per_mb * rows / layout.microbatch_size * std::max(1, peak);
 }
 
 }  // namespace bw::elastic

@@ -4,8 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "model/gpt.h"
 #include "plan/reconfigure.h"
 #include "runtime/checkpointing.h"
 #include "runtime/log.h"
@@ -50,8 +51,8 @@ std::string samples_digest(std::vector<int64_t> ids) {
   std::sort(ids.begin(), ids.end());
   uint64_t h = 1469598103934665603ULL;
   for (int64_t id : ids) {
-    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<uint64_t>(id) >> (8 * b)) & 0xff)) *
-                                    1099511628211ULL;
+    for (int b = 0; b < 8; ++b)
+      h = (h ^ ((static_cast<uint64_t>(id) >> (8 * b)) & 0xff)) * 1099511628211ULL;
   }
   return fmt::format("{:016x}", h);
 }
@@ -95,15 +96,15 @@ void Supervisor::start() {
   last_commit_ms_ = now;
 }
 
-void Supervisor::publish(const RunPlan& run, int first_step,
-                         const std::vector<std::tuple<int, int, int>>& copies) {
+void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<Copy>& copies) {
   run_ = run;
   g_ = run.layout.generation;
   nlohmann::json layout = {{"layout", runtime::to_json(run.layout)}, {"workers", run.workers}};
   nlohmann::json start = {{"first_step", first_step},
                           {"resume", g_ == 0 ? opt_.resume : std::string()},
                           {"copies", nlohmann::json::array()}};
-  for (const auto& [layer, from, to] : copies) start["copies"].push_back({layer, from, to});
+  for (const auto& [layer, from, to, begin, end] : copies)
+    start["copies"].push_back({layer, from, to, begin, end});
   set_string(*store_, keys::layout(g_), layout.dump());
   set_string(*store_, keys::start(g_), start.dump());
   gen_committed_any_ = false;
@@ -165,10 +166,11 @@ void Supervisor::detect() {
   for (auto& [node, st] : node_states_) {
     if (!st.live) continue;
     if (stale(node_beats_[node], counter(*store_, keys::node_heartbeat(node)))) {
-      node_lost(node,
-                fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
-                            opt_.heartbeat_timeout_ms / 1000),
-                0);
+      node_lost(
+          node,
+          fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
+                      opt_.heartbeat_timeout_ms / 1000),
+          0);
       continue;
     }
     for (int w : workers_of(node)) {
@@ -242,7 +244,8 @@ void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
     start_recovery("node_lost", fail_ms, {});
   } else if (phase_ == Phase::kSave) {
     outcome_.kind = Outcome::kStopped;
-    outcome_.message += fmt::format("; node {} was lost while the checkpoint was being written", node);
+    outcome_.message +=
+        fmt::format("; node {} was lost while the checkpoint was being written", node);
     phase_ = Phase::kDone;
   }
   if (recovery_) recovery_->nodes.assign(failed_.begin(), failed_.end());
@@ -374,7 +377,8 @@ void Supervisor::poll_run() {
     rec.step_s = (now - last_commit_ms_) / 1000;
     last_commit_ms_ = now;
     ++committed_;
-    if (runtime::checkpoint_due(ctx_.config.train, rec.step)) pending_checkpoints_.insert(committed_);
+    if (runtime::checkpoint_due(ctx_.config.train, rec.step))
+      pending_checkpoints_.insert(committed_);
     if (pending_ && !gen_committed_any_) report_recovery(rec.step, now);
     gen_committed_any_ = true;
     if (on_step) on_step(rec);
@@ -408,9 +412,9 @@ void Supervisor::poll_run() {
       for (auto& [node, st] : node_states_) nodes_.kill(node);
       set_string(*store_, keys::abort(g_), "1");
       outcome_.kind = Outcome::kStopped;
-      outcome_.message = fmt::format(
-          "generation {} failed {} times in a row with every node alive ({}); stopped", g_,
-          regroups_, why);
+      outcome_.message =
+          fmt::format("generation {} failed {} times in a row with every node alive ({}); stopped",
+                      g_, regroups_, why);
       phase_ = Phase::kDone;
       return;
     }
@@ -451,9 +455,16 @@ void Supervisor::poll_quiesce() {
       const auto doc = nlohmann::json::parse(get_string(*store_, keys::stopped(g_, w)));
       const int steps_done = doc.at("steps_done");
       BW_CHECK(steps_done == committed_,
-               "worker {} left generation {} having applied {} steps, but {} are committed", w,
-               g_, steps_done, committed_);
-      holdings_[w] = doc.at("layers").get<std::vector<int>>();
+               "worker {} left generation {} having applied {} steps, but {} are committed", w, g_,
+               steps_done, committed_);
+      auto& held = holdings_[w];
+      if (doc.contains("ranges")) {
+        for (const auto& r : doc.at("ranges"))
+          held[r.at(0).get<int>()] = {r.at(1).get<int64_t>(), r.at(2).get<int64_t>()};
+      } else {
+        for (int l : doc.at("layers").get<std::vector<int>>())
+          held[l] = {0, model::num_parameters(ctx_.model, l)};
+      }
     }
     // A checkpoint whose shards all made it before the stop is complete; others are dropped.
     const int world = run_.layout.world_size();
@@ -466,8 +477,7 @@ void Supervisor::poll_quiesce() {
             runtime::staging_dir(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done)),
             ec);
         runtime::log(runtime::LogLevel::kWarn,
-                     "checkpoint at step {} dropped: a failure interrupted its shards",
-                     steps_done);
+                     "checkpoint at step {} dropped: a failure interrupted its shards", steps_done);
       }
     }
     pending_checkpoints_.clear();
@@ -507,24 +517,45 @@ void Supervisor::replan() {
     stop(e.what());
     return;
   }
-  // Copies: each layer a rank of g+1 needs and its worker does not hold, from a survivor that
-  // holds it, spreading the sources over the holders.
-  std::vector<std::tuple<int, int, int>> copies;
+  // Copies: each range of a layer a rank of g+1 needs and its worker does not hold, from
+  // survivors that hold it, spreading the sources over the holders.
+  std::vector<Copy> copies;
   std::map<int, size_t> turn;
   for (int r = 0; r < next_run.layout.world_size(); ++r) {
     const int w = next_run.workers[r];
     const auto& have = holdings_[w];
     for (int l : next_run.layout.layers_of(r)) {
-      if (std::find(have.begin(), have.end(), l) != have.end()) continue;
-      std::vector<int> holders;
-      for (const auto& [hw, layers] : holdings_) {
-        if (std::find(layers.begin(), layers.end(), l) != layers.end()) holders.push_back(hw);
+      const int64_t n = model::num_parameters(ctx_.model, l);
+      const auto want = next_run.layout.segmented(l) ? next_run.layout.shard_range(r, n)
+                                                     : std::make_pair(int64_t{0}, n);
+      // What is missing: want minus the range held (at most two intervals).
+      std::vector<std::pair<int64_t, int64_t>> missing{want};
+      if (auto it = have.find(l); it != have.end()) {
+        const auto [hb, he] = it->second;
+        missing.clear();
+        if (want.first < std::min(hb, want.second))
+          missing.emplace_back(want.first, std::min(hb, want.second));
+        if (std::max(he, want.first) < want.second)
+          missing.emplace_back(std::max(he, want.first), want.second);
       }
-      if (holders.empty()) {
-        stop(fmt::format("no surviving worker holds layer {}", l));
-        return;
+      for (auto [pos, end] : missing) {
+        while (pos < end) {
+          std::vector<std::pair<int, int64_t>> holders;  // worker, end of its range
+          for (const auto& [hw, held] : holdings_) {
+            auto it = held.find(l);
+            if (hw != w && it != held.end() && it->second.first <= pos && pos < it->second.second)
+              holders.emplace_back(hw, it->second.second);
+          }
+          if (holders.empty()) {
+            stop(fmt::format("no surviving worker holds layer {} (values {} on)", l, pos));
+            return;
+          }
+          const auto& [from, held_end] = holders[turn[l]++ % holders.size()];
+          const int64_t to = std::min(end, held_end);
+          copies.emplace_back(l, from, w, pos, to);
+          pos = to;
+        }
       }
-      copies.emplace_back(l, holders[turn[l]++ % holders.size()], w);
     }
   }
   for (int n : joiners_) {
@@ -555,9 +586,11 @@ void Supervisor::stop(const std::string& why) {
   std::vector<int> lost;
   for (int l = 0; l < num_layers; ++l) {
     int writer = -1;
-    for (const auto& [w, layers] : holdings_) {
-      if (std::find(layers.begin(), layers.end(), l) != layers.end()) {
-        writer = w;
+    const int64_t n = model::num_parameters(ctx_.model, l);
+    for (const auto& [w, held] : holdings_) {
+      auto it = held.find(l);
+      if (it != held.end() && it->second.first == 0 && it->second.second == n) {
+        writer = w;  // only a whole copy can be written on its own
         break;
       }
     }
@@ -574,10 +607,10 @@ void Supervisor::stop(const std::string& why) {
   e.nodes.assign(failed_.begin(), failed_.end());
   e.cause = why;
   outcome_.kind = Outcome::kStopped;
-  outcome_.message =
-      stopping_ ? fmt::format("stopped at step {} on request", committed_)
-                : fmt::format("cannot continue after losing node(s) {} at step {}: {}",
-                              fmt::join(failed_, ","), committed_, why);
+  outcome_.message = stopping_
+                         ? fmt::format("stopped at step {} on request", committed_)
+                         : fmt::format("cannot continue after losing node(s) {} at step {}: {}",
+                                       fmt::join(failed_, ","), committed_, why);
   if (lost.empty() && !by_writer.empty()) {
     save_dir_ = runtime::checkpoint_dir(ctx_.config.train.out_dir, committed_);
     std::error_code ec;
@@ -589,16 +622,17 @@ void Supervisor::stop(const std::string& why) {
       shards[std::to_string(w)] = {{"shard", index++}, {"layers", layers}};
       save_writers_.push_back(w);
     }
-    set_string(*store_, keys::next(g_),
-               nlohmann::json{{"kind", "shutdown"}, {"save", {{"dir", save_dir_}, {"shards", shards}}}}
-                   .dump());
+    set_string(
+        *store_, keys::next(g_),
+        nlohmann::json{{"kind", "shutdown"}, {"save", {{"dir", save_dir_}, {"shards", shards}}}}
+            .dump());
     phase_ = Phase::kSave;
     save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
   } else {
     const auto [step, path] = last_checkpoint(ctx_.config.train.out_dir);
     outcome_.message += fmt::format(
-        "; no surviving replica of layer(s) {}, so the state at step {} is lost; {}", fmt::join(lost, ","),
-        committed_,
+        "; no surviving replica of layer(s) {}, so the state at step {} is lost; {}",
+        fmt::join(lost, ","), committed_,
         step < 0 ? fmt::format("there is no checkpoint: start again (steps 0-{} will be redone)",
                                committed_ - 1)
                  : fmt::format("the last checkpoint is {} (step {}); resuming from it redoes steps "
@@ -614,8 +648,7 @@ void Supervisor::stop(const std::string& why) {
 void Supervisor::poll_save() {
   if (counter(*store_, keys::num_final(g_)) == static_cast<int64_t>(save_writers_.size())) {
     if (on_checkpoint) {
-      outcome_.checkpoint =
-          on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_);
+      outcome_.checkpoint = on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_);
     }
     phase_ = Phase::kDone;
     return;
@@ -639,17 +672,18 @@ void Supervisor::poll_finish() {
   }
   if (pending_checkpoints_.empty() && counter(*store_, keys::num_done(g_)) == world) {
     // Every replica of every layer must be bitwise identical: parameters and AdamW state.
-    std::map<int, std::pair<int, std::string>> first;  // layer -> (rank, checksums)
+    // Keys: a whole layer "{layer}", or a segment of a segmented one "{layer}/{begin}-{end}".
+    std::map<std::string, std::pair<int, std::string>> first;  // key -> (rank, checksums)
     for (int r = 0; r < world; ++r) {
       const auto doc = nlohmann::json::parse(get_string(*store_, keys::done(g_, r)));
       for (auto it = doc.begin(); it != doc.end(); ++it) {
-        const int layer = std::stoi(it.key());
         const std::string sums = it.value().dump();
-        auto [pos, fresh] = first.emplace(layer, std::make_pair(r, sums));
+        auto [pos, fresh] = first.emplace(it.key(), std::make_pair(r, sums));
         BW_CHECK(fresh || pos->second.second == sums,
-                 "replicas of layer {} diverged: rank {} has {}, rank {} has {}", layer,
+                 "replicas of layer {} diverged: rank {} has {}, rank {} has {}", it.key(),
                  pos->second.first, pos->second.second, r, sums);
-        outcome_.parameter_checksums[layer] = it.value().at(0).get<std::string>();
+        if (it.key().find('/') == std::string::npos)
+          outcome_.parameter_checksums[std::stoi(it.key())] = it.value().at(0).get<std::string>();
       }
     }
     if (pending_) report_recovery(committed_, now);

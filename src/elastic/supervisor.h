@@ -64,7 +64,7 @@ struct StepRecord {
   double loss = 0;
   double grad_norm = 0;
   double lr = 0;
-  double step_s = 0;  // since the previous commit
+  double step_s = 0;    // since the previous commit
   std::string samples;  // hex FNV-1a of the sorted sample ids the step trained on
   std::vector<runtime::StepReport> reports;  // one per rank
 };
@@ -76,8 +76,8 @@ struct Event {
   int generation = 0;
   std::string cause;  // how it was detected (node_lost), or the message (stopped)
   std::string old_plan, new_plan;
-  double detect_ms = 0, quiesce_ms = 0, plan_ms = 0, regroup_ms = 0, transfer_ms = 0,
-         replay_ms = 0, recovery_ms = 0;
+  double detect_ms = 0, quiesce_ms = 0, plan_ms = 0, regroup_ms = 0, transfer_ms = 0, replay_ms = 0,
+         recovery_ms = 0;
 };
 
 struct SupervisorOptions {
@@ -86,7 +86,7 @@ struct SupervisorOptions {
   std::string resume;  // checkpoint to load in generation 0
   double step_timeout_ms = 120000;
   double heartbeat_timeout_ms = 5000;
-  double rejoin_after_ms = 0;  // 0 = lost nodes stay out
+  double rejoin_after_ms = 0;   // 0 = lost nodes stay out
   double stop_grace_ms = 2000;  // survivors must stop within this after an abort
   double startup_ms = 120000;   // first heartbeat of a new process (loading LibTorch)
   double tick_sleep_ms = 3;
@@ -95,16 +95,16 @@ struct SupervisorOptions {
 // How the run ended.
 struct Outcome {
   enum Kind { kRunning, kFinished, kStopped, kFailed, kInterrupted } kind = kRunning;
-  std::string message;     // kStopped / kFailed
+  std::string message;        // kStopped / kFailed
   bool config_error = false;  // kFailed: a worker's bad input (exit 2) rather than a bug (1)
-  std::string checkpoint;  // kStopped: written from the survivors, if any
+  std::string checkpoint;     // kStopped: written from the survivors, if any
   std::map<int, std::string> parameter_checksums;  // kFinished: per layer
 };
 
 class Supervisor {
  public:
-  Supervisor(c10::intrusive_ptr<c10d::Store> store, Clock& clock, Nodes& nodes,
-             PlanContext context, RunPlan first, SupervisorOptions options);
+  Supervisor(c10::intrusive_ptr<c10d::Store> store, Clock& clock, Nodes& nodes, PlanContext context,
+             RunPlan first, SupervisorOptions options);
 
   // Publishes generation 0 and starts every node's agent.
   void start();
@@ -146,8 +146,9 @@ class Supervisor {
     std::string old_plan;
   };
 
-  void publish(const RunPlan& run, int first_step,
-               const std::vector<std::tuple<int, int, int>>& copies);
+  // A state-transfer copy: layer, from worker, to worker, range [begin, end) of its flat values.
+  using Copy = std::tuple<int, int, int, int64_t, int64_t>;
+  void publish(const RunPlan& run, int first_step, const std::vector<Copy>& copies);
   void detect();
   void node_lost(int node, const std::string& cause, double fail_ms);
   void fail_run(int worker, int status);
@@ -187,10 +188,11 @@ class Supervisor {
   std::set<int> joiners_;  // nodes whose workers are up, waiting for the next step boundary
   double quiesce_deadline_ms_ = 0;
   std::optional<Recovery> recovery_;
-  std::optional<Recovery> pending_;  // published, waiting for the first commit of g+1
+  std::optional<Recovery> pending_;    // published, waiting for the first commit of g+1
   std::set<int> pending_checkpoints_;  // steps done whose shards are being written
   double finish_deadline_ms_ = 0;
-  std::map<int, std::vector<int>> holdings_;  // worker -> layers, from stopped reports
+  // worker -> layer -> range [begin, end) of its flat values held, from stopped reports.
+  std::map<int, std::map<int, std::pair<int64_t, int64_t>>> holdings_;
   std::vector<int> save_writers_;
   std::string save_dir_;
   double save_deadline_ms_ = 0;
@@ -198,7 +200,8 @@ class Supervisor {
   double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
   int regroups_ = 0;          // generations re-formed with no failure, since the last commit
   bool stop_requested_ = false;
-  bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected faults already matched to a lost node
+  bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected
+                           // faults already matched to a lost node
 };
 
 // FNV-1a 64 of the sorted ids, as 16 hex digits.

@@ -41,7 +41,8 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
-c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port, milliseconds timeout) {
+c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port,
+                                           milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port);
   opts.isServer = false;
@@ -62,9 +63,9 @@ std::string await(c10d::Store& store, const std::string& key, const std::string&
   try {
     return get_string(store, key);
   } catch (const std::exception& e) {
-    throw CoordinatorLost(fmt::format(
-        "no {} from the coordinator ('{}'): {}", what, key,
-        std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    throw CoordinatorLost(
+        fmt::format("no {} from the coordinator ('{}'): {}", what, key,
+                    std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
   }
 }
 
@@ -158,9 +159,14 @@ struct Context {
   int step = 0;  // the step in flight, for fault injection
 };
 
-// Sends and receives the layers that move into generation `g` (copies: layer, from, to worker).
+// What a worker received for generation g: per layer, pieces (first flat index, state).
+using Pieces = std::map<int, std::vector<std::pair<int64_t, runtime::LayerState>>>;
+
+// Sends and receives the layer ranges that move into generation `g` (copies: layer, from worker,
+// to worker, and the range [begin, end) of the layer's flat parameters; a whole layer when the
+// range is absent). Every copy is posted at once; copy i uses tags 2i and 2i + 1.
 double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::json& copies,
-                      const std::vector<int>& workers) {
+                      const std::vector<int>& workers, Pieces& received) {
   const auto t0 = Clock::now();
   auto rank_of = [&](int worker) {
     auto it = std::find(workers.begin(), workers.end(), worker);
@@ -169,28 +175,35 @@ double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::js
   };
   struct Incoming {
     int layer;
+    int64_t begin;
     torch::Tensor flat, step;
     std::unique_ptr<runtime::Request> a, b;
   };
   std::vector<Incoming> incoming;
   std::vector<std::unique_ptr<runtime::Request>> sends;
   std::vector<torch::Tensor> keep;
-  for (const auto& c : copies) {
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto& c = copies[i];
     const int layer = c.at(0), from = c.at(1), to = c.at(2);
+    const int64_t numel = model::num_parameters(cx.state->model(), layer);
+    const int64_t begin = c.size() > 3 ? c.at(3).get<int64_t>() : 0;
+    const int64_t end = c.size() > 3 ? c.at(4).get<int64_t>() : numel;
+    const int tag = static_cast<int>(2 * i);
     if (from == cx.args.worker) {
-      auto s = cx.state->export_layer(layer);
+      auto s = cx.state->export_range(layer, begin, end);
       auto step = torch::tensor({s.adam_step}, torch::kInt64);
       keep.push_back(s.flat);
       keep.push_back(step);
-      sends.push_back(world.isend(s.flat, rank_of(to), 2 * layer));
-      sends.push_back(world.isend(step, rank_of(to), 2 * layer + 1));
+      sends.push_back(world.isend(s.flat, rank_of(to), tag));
+      sends.push_back(world.isend(step, rank_of(to), tag + 1));
     } else if (to == cx.args.worker) {
       Incoming in;
       in.layer = layer;
-      in.flat = torch::empty({cx.state->flat_numel(layer)}, torch::kFloat32);
+      in.begin = begin;
+      in.flat = torch::empty({3 * (end - begin)}, torch::kFloat32);
       in.step = torch::empty({1}, torch::kInt64);
-      in.a = world.irecv(in.flat, rank_of(from), 2 * layer);
-      in.b = world.irecv(in.step, rank_of(from), 2 * layer + 1);
+      in.a = world.irecv(in.flat, rank_of(from), tag);
+      in.b = world.irecv(in.step, rank_of(from), tag + 1);
       incoming.push_back(std::move(in));
     }
   }
@@ -200,20 +213,52 @@ double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::js
     in.b->wait();
   }
   for (auto& s : sends) s->wait();
-  // Only complete layers are installed, so an interrupted transfer leaves the old state intact.
   for (auto& in : incoming) {
-    cx.state->import_layer(in.layer, {in.flat, in.step.item<int64_t>()});
+    received[in.layer].emplace_back(in.begin,
+                                    runtime::LayerState{in.flat, in.step.item<int64_t>()});
   }
   return ms_since(t0);
 }
 
-nlohmann::json checksums(runtime::ModelState& state, const std::vector<int>& layers) {
+// Puts every layer of `mine` into the form generation g runs it in: whole, or the rank's shard of
+// a segmented layer, from what the worker holds and what it received. Only complete ranges are
+// installed, so an interrupted transfer leaves the old state intact.
+void install(runtime::ModelState& state, const runtime::RunLayout& layout, int rank,
+             const std::vector<int>& mine, const Pieces& received) {
+  static const std::vector<std::pair<int64_t, runtime::LayerState>> kNone;
+  for (int l : mine) {
+    const int64_t n = model::num_parameters(state.model(), l);
+    const bool whole = !layout.segmented(l);
+    const auto want = whole ? std::make_pair(int64_t{0}, n) : layout.shard_range(rank, n);
+    if (whole && state.holds(l)) continue;
+    if (!whole && state.holds_shard(l) && state.held_range(l) == want) continue;
+    auto it = received.find(l);
+    state.assemble(l, want.first, want.second, whole, it == received.end() ? kNone : it->second);
+  }
+}
+
+nlohmann::json checksums(runtime::ModelState& state, const runtime::Worker& worker,
+                         const std::vector<int>& layers) {
   const auto params = state.parameter_checksums();
   const auto adam = state.optimizer_checksums();
   nlohmann::json out = nlohmann::json::object();
   for (int l : layers) {
+    if (!params.count(l)) continue;  // segmented: per segment below
     out[std::to_string(l)] = {fmt::format("{:016x}", params.at(l)),
                               fmt::format("{:016x}", adam.at(l))};
+  }
+  for (const auto& [key, sums] : worker.shards().segment_checksums()) {
+    out[key] = {fmt::format("{:016x}", sums.first), fmt::format("{:016x}", sums.second)};
+  }
+  return out;
+}
+
+// The layer ranges a worker holds: [[layer, begin, end], ...].
+nlohmann::json held_ranges(const runtime::ModelState& state) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int l : state.layers()) {
+    auto [b, e] = state.held_range(l);
+    out.push_back({l, b, e});
   }
   return out;
 }
@@ -262,24 +307,26 @@ void run_generation(Context& cx, int g) {
                                           signal);
     };
     std::unique_ptr<runtime::Transport> world;
-    if (layout.world_size() > 1) world = factory(fmt::format("g{}/world", g), rank, layout.world_size());
+    if (layout.world_size() > 1)
+      world = factory(fmt::format("g{}/world", g), rank, layout.world_size());
     double transfer_ms = 0;
     const auto& copies = start.at("copies");
+    Pieces received;
     if (!copies.empty()) {
       BW_CHECK(world, "state transfer in a world of one rank");
-      transfer_ms = transfer_state(cx, *world, copies, workers);
+      transfer_ms = transfer_state(cx, *world, copies, workers, received);
     } else if (g > 0) {
       cx.injector->at(first_step, "state_transfer");
     }
     const auto mine = layout.layers_of(rank);
-    if (g == 0) {
-      state.keep_only(mine);
-    } else {
-      for (int l : mine) {
-        BW_CHECK(state.holds(l), "worker {} needs layer {} in generation {} but no copy brings it",
-                 cx.args.worker, l, g);
-      }
+    if (g == 0) state.keep_only(mine);
+    for (int l : mine) {
+      const auto held = state.held_range(l);
+      BW_CHECK(held.first < held.second || received.count(l),
+               "worker {} needs layer {} in generation {} but no copy brings it", cx.args.worker, l,
+               g);
     }
+    install(state, layout, rank, mine, received);
     runtime::PhaseHook hook = [&cx](const char* phase) { cx.injector->at(cx.step, phase); };
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
@@ -314,8 +361,7 @@ void run_generation(Context& cx, int g) {
           state.keep_only(mine);
         }
         if (runtime::checkpoint_due(cx.config.train, step)) {
-          runtime::write_shard(worker,
-                               runtime::checkpoint_dir(cx.config.train.out_dir, step + 1));
+          runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, step + 1));
           cx.store->add(keys::num_saved(g, step), 1);
         }
         if (decision == "last") break;
@@ -325,7 +371,7 @@ void run_generation(Context& cx, int g) {
           runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, steps));
           cx.store->add(keys::num_saved(g, steps - 1), 1);
         }
-        set_string(*cx.store, keys::done(g, rank), checksums(state, mine).dump());
+        set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
         cx.store->add(keys::num_done(g), 1);
       }
     } catch (const CoordinatorLost&) {
@@ -378,7 +424,8 @@ int run_worker_process(const WorkerArgs& args) {
       if (cx.state) {
         set_string(*cx.store, keys::stopped(g, args.worker),
                    nlohmann::json{{"steps_done", cx.state->steps_done},
-                                  {"layers", cx.state->layers()}}
+                                  {"layers", cx.state->layers()},
+                                  {"ranges", held_ranges(*cx.state)}}
                        .dump());
         cx.store->add(keys::num_stopped(g), 1);
       }
@@ -408,10 +455,10 @@ int run_worker_process(const WorkerArgs& args) {
     const bool comm = dynamic_cast<const CommError*>(&e) != nullptr;
     try {
       if (!comm) {
-        set_string(*cx.store, keys::worker_error(args.worker),
-                   nlohmann::json{{"kind", config ? keys::kConfigError : "other"},
-                                  {"message", e.what()}}
-                       .dump());
+        set_string(
+            *cx.store, keys::worker_error(args.worker),
+            nlohmann::json{{"kind", config ? keys::kConfigError : "other"}, {"message", e.what()}}
+                .dump());
       }
     } catch (...) {
       // The store is gone too; the exit status still tells the agent.

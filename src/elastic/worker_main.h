@@ -17,7 +17,7 @@ namespace bw::elastic {
 struct WorkerArgs {
   std::string store_host = "127.0.0.1";
   int store_port = 0;
-  int worker = 0;       // stable id: node * devices_per_node + local device
+  int worker = 0;  // stable id: node * devices_per_node + local device
   int node = 0;
   int device = 0;       // local device on the node
   int incarnation = 0;  // of the node's agent (a re-joined node counts up)

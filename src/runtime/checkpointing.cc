@@ -1,7 +1,7 @@
 #include "runtime/checkpointing.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>  // AT_FDCWD
+#include <fmt/format.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
 #include <cerrno>
@@ -111,25 +111,27 @@ std::string staging_dir(const std::string& dir) {
 }
 
 void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
-                         const NamedTensors& optimizer_state) {
+                 const NamedTensors& optimizer_state) {
   const fs::path staging = staging_dir(dir);
   std::error_code ec;
   fs::create_directories(staging, ec);
   if (ec) {
-    throw ConfigError(fmt::format("cannot create checkpoint directory '{}': {}; check "
-                                  "train.out_dir",
-                                  staging.string(), ec.message()));
+    throw ConfigError(
+        fmt::format("cannot create checkpoint directory '{}': {}; check "
+                    "train.out_dir",
+                    staging.string(), ec.message()));
   }
   // Shards are not fsynced: they are verified by their CRC when merged, and only the merged,
   // fsynced files are ever published.
   save_safetensors((staging / shard_name(shard, "model")).string(), parameters, {}, false);
-  save_safetensors((staging / shard_name(shard, "optimizer")).string(), optimizer_state, {},
-                   false);
+  save_safetensors((staging / shard_name(shard, "optimizer")).string(), optimizer_state, {}, false);
 }
 
-void write_shard(const Worker& worker, const std::string& dir) {
-  write_shard(dir, worker.rank(), worker.owned_parameters(),
-                      worker.owned_optimizer_state());
+void write_shard(Worker& worker, const std::string& dir) {
+  // In this order on every rank: both gather over sharded stages.
+  const auto parameters = worker.owned_parameters();
+  const auto optimizer_state = worker.owned_optimizer_state();
+  write_shard(dir, worker.rank(), parameters, optimizer_state);
 }
 
 namespace {
@@ -178,10 +180,10 @@ std::string merge_and_publish(const fs::path& staging, int world_size, Checkpoin
     // Synced below, after the shards are gone: on ext4 (data=ordered) an fsync commits the
     // journal and with it the dirty pages of every file it touches, so syncing while the shards
     // exist would write them to disk too, only to delete them (twice the disk traffic).
-    info.files[file] = save_safetensors((staging / file).string(), merged,
-                                        {{"format", "breakwater"},
-                                         {"step", std::to_string(info.step)}},
-                                        /*sync=*/false);
+    info.files[file] =
+        save_safetensors((staging / file).string(), merged,
+                         {{"format", "breakwater"}, {"step", std::to_string(info.step)}},
+                         /*sync=*/false);
     keep.insert(file);
     fault_point(std::string(kind) == "model" ? "merge:model" : "merge:optimizer");
     if (std::string(kind) == "model") {

@@ -1,10 +1,10 @@
-// What the runtime saves and how it resumes (docs/design.md "Runtime": checkpoints). A checkpoint is a
-// directory `{out_dir}/checkpoint-{step}` with model.safetensors (tensors "layers.{i}.{param}"),
-// optimizer.safetensors ("layers.{i}.{param}.exp_avg" / ".exp_avg_sq" / ".step") and the sidecar
-// checkpoint.json (checkpoint.h formats). Each rank writes a shard of the layers it owns (the
-// lowest rank of each replica set, so every layer is written once); the coordinator merges the
-// shards into the two files and writes the sidecar. Names do not depend on the plan: a
-// checkpoint written under one plan loads under any other.
+// What the runtime saves and how it resumes (docs/design.md "Runtime": checkpoints). A checkpoint
+// is a directory `{out_dir}/checkpoint-{step}` with model.safetensors (tensors
+// "layers.{i}.{param}"), optimizer.safetensors ("layers.{i}.{param}.exp_avg" / ".exp_avg_sq" /
+// ".step") and the sidecar checkpoint.json (checkpoint.h formats). Each rank writes a shard of the
+// layers it owns (the lowest rank of each replica set, so every layer is written once); the
+// coordinator merges the shards into the two files and writes the sidecar. Names do not depend on
+// the plan: a checkpoint written under one plan loads under any other.
 //
 // Crash safety: everything is written into the staging directory `{dir}.tmp` (shards, then the
 // merged files, each with its CRC-32C, the shards removed, the merged files fsynced, then the
@@ -43,11 +43,11 @@ std::string checkpoint_dir(const std::string& out_dir, int steps_done);
 std::string staging_dir(const std::string& dir);
 
 // Writes this rank's shard files for checkpoint `dir` into staging_dir(dir) (created if needed).
-void write_shard(const Worker& worker, const std::string& dir);
+void write_shard(Worker& worker, const std::string& dir);
 // Writes shard `shard` (of the shards merge_shards reads) from the given tensors, into
 // staging_dir(dir).
 void write_shard(const std::string& dir, int shard, const NamedTensors& parameters,
-                         const NamedTensors& optimizer_state);
+                 const NamedTensors& optimizer_state);
 
 // Merges the shards of ranks [0, world_size) staged for `dir` (each verified by its CRC) into
 // model.safetensors and optimizer.safetensors, deletes them, writes checkpoint.json with `info`

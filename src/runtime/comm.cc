@@ -8,9 +8,19 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "core/check.h"
 #include "core/error.h"
 
 namespace bw::runtime {
+
+void Transport::allgather(const torch::Tensor& input, const torch::Tensor& output) {
+  const int64_t k = input.numel();
+  BW_CHECK(output.numel() == k * size(), "all-gather of {} values into {} for {} ranks", k,
+           output.numel(), size());
+  output.zero_();
+  output.narrow(0, rank() * k, k).copy_(input.reshape({-1}));
+  allreduce_sum(output);
+}
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -138,6 +148,24 @@ class GlooTransport final : public Transport {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
     GlooRequest(std::move(work), tensor, what, timeout_, abort_, false).wait();
+  }
+
+  void allgather(const torch::Tensor& input, const torch::Tensor& output) override {
+    const int64_t k = input.numel();
+    BW_CHECK(output.numel() == k * size(), "all-gather of {} values into {} for {} ranks", k,
+             output.numel(), size());
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size(); ++r) outs[0].push_back(output.narrow(0, r * k, k));
+    std::vector<at::Tensor> ins{input};
+    auto what = fmt::format("all-gather of {} values on group {}", k, name_);
+    c10::intrusive_ptr<c10d::Work> work;
+    if (abort_ && abort_->aborted()) throw_aborted(what);
+    try {
+      work = group_->allgather(outs, ins);
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
+    }
+    GlooRequest(std::move(work), input, what, timeout_, abort_, false).wait();
   }
 
  private:

@@ -70,6 +70,9 @@ class Transport {
   virtual std::unique_ptr<Request> irecv(const torch::Tensor& tensor, int src, int tag) = 0;
   // In-place sum over the group, blocking; CommError on timeout or a lost peer.
   virtual void allreduce_sum(const torch::Tensor& tensor) = 0;
+  // `output` (size() * input.numel() values) gets every rank's `input`, in rank order; blocking.
+  // The default builds it from allreduce_sum over zeros (exact but for the sign of zeros).
+  virtual void allgather(const torch::Tensor& input, const torch::Tensor& output);
 };
 
 // A ProcessGroupGloo of `size` ranks on the keys of `store` under `prefix` (e.g. "g0/world"),

@@ -110,6 +110,11 @@ std::vector<Section> build_schema() {
              "samples per microbatch"),
         make("pipelines", &R::pipeline, &PipelineConfig::pipelines,
              "device count of each pipeline, e.g. [2, 3]; [] = the planner decides"),
+        make("devices_per_stage", &R::pipeline, &PipelineConfig::devices_per_stage,
+             "devices of one node per stage, sharded (FSDP FULL_SHARD) when > 1"),
+        make("stage_devices", &R::pipeline, &PipelineConfig::stage_devices,
+             "devices per stage, pipeline after pipeline, e.g. [2, 1, 1, 1, 1] for pipelines "
+             "[3, 3]; [] = pipeline.devices_per_stage"),
         make("fault_tolerance", &R::pipeline, &PipelineConfig::fault_tolerance,
              "node failures to survive (f: at least f + 1 pipelines)"),
         make("profile", &R::pipeline, &PipelineConfig::profile,

@@ -41,7 +41,9 @@ struct PipelineConfig {
   int chunks_per_device = 2;
   int microbatches = 8;
   int microbatch_size = 4;
-  std::vector<int> pipelines;  // explicit device counts per pipeline; empty = planner decides
+  std::vector<int> pipelines;      // explicit device counts per pipeline; empty = planner decides
+  int devices_per_stage = 1;       // ranks of one stage (sharded when > 1), without a profile
+  std::vector<int> stage_devices;  // explicit ranks per stage, pipeline after pipeline
   int fault_tolerance = 1;
   std::string profile;  // profile JSON for the planner; empty = uniform estimate
   bool operator==(const PipelineConfig&) const = default;
@@ -101,13 +103,13 @@ std::vector<std::string> overrides_from_args(const std::vector<std::string>& arg
 
 // Limits every run config is held to (docs/config.md, "Limits"); counts are checked in 64-bit
 // arithmetic before anything is sized from them.
-inline constexpr int64_t kMaxWorldSize = 1024;           // worker processes of one run
+inline constexpr int64_t kMaxWorldSize = 1024;  // worker processes of one run
 inline constexpr int64_t kMaxDevicesPerNode = 64;
-inline constexpr int64_t kMaxWaves = 64;                 // pipeline.waves
-inline constexpr int64_t kMaxChunksPerDevice = 64;       // pipeline.chunks_per_device
-inline constexpr int64_t kMaxMicrobatches = 1 << 16;     // pipeline.microbatches
-inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;   // pipeline.microbatch_size
-inline constexpr int64_t kMaxGlobalBatch = 1 << 24;      // microbatches x microbatch_size
+inline constexpr int64_t kMaxWaves = 64;                // pipeline.waves
+inline constexpr int64_t kMaxChunksPerDevice = 64;      // pipeline.chunks_per_device
+inline constexpr int64_t kMaxMicrobatches = 1 << 16;    // pipeline.microbatches
+inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;  // pipeline.microbatch_size
+inline constexpr int64_t kMaxGlobalBatch = 1 << 24;     // microbatches x microbatch_size
 inline constexpr int64_t kMaxThreadsPerWorker = 256;
 inline constexpr int64_t kMaxSampleTokens = 1 << 20;
 inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;

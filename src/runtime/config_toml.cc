@@ -134,6 +134,47 @@ void validate(const RunConfig& c) {
     throw ConfigError(fmt::format("pipeline.pipelines {} use {} devices, more than the limit of {}",
                                   fmt::join(p.pipelines, ","), pipeline_devices, kMaxWorldSize));
   }
+  in_range(p.devices_per_stage, 1, kMaxMicrobatchSize, "pipeline.devices_per_stage");
+  if (p.devices_per_stage > p.microbatch_size) {
+    throw ConfigError(fmt::format(
+        "pipeline.devices_per_stage {} splits each microbatch's samples over the stage's devices, "
+        "but pipeline.microbatch_size is {}; raise microbatch_size to >= {} or lower "
+        "devices_per_stage",
+        p.devices_per_stage, p.microbatch_size, p.devices_per_stage));
+  }
+  if (!p.stage_devices.empty()) {
+    in_range(static_cast<int64_t>(p.stage_devices.size()), 1, kMaxWorldSize,
+             "the length of pipeline.stage_devices");
+    if (p.pipelines.empty()) {
+      throw ConfigError(
+          "pipeline.stage_devices needs pipeline.pipelines (the device count of each pipeline), "
+          "e.g. --pipeline.pipelines=[3,3] --pipeline.stage_devices=[2,1,1,1,1]");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < p.pipelines.size(); ++i) {
+      int used = 0;
+      while (used < p.pipelines[i] && k < p.stage_devices.size()) {
+        const int w = p.stage_devices[k];
+        in_range(w, 1, p.microbatch_size,
+                 fmt::format("pipeline.stage_devices[{}] (at most "
+                             "pipeline.microbatch_size)",
+                             k));
+        used += w;
+        ++k;
+      }
+      if (used != p.pipelines[i]) {
+        throw ConfigError(fmt::format(
+            "pipeline.stage_devices [{}] does not cut pipeline {} of {} devices into whole "
+            "stages; list each pipeline's stage widths in order, summing to pipeline.pipelines",
+            fmt::join(p.stage_devices, ", "), i, p.pipelines[i]));
+      }
+    }
+    if (k != p.stage_devices.size()) {
+      throw ConfigError(fmt::format(
+          "pipeline.stage_devices [{}] has more stages than pipeline.pipelines [{}] has devices",
+          fmt::join(p.stage_devices, ", "), fmt::join(p.pipelines, ", ")));
+    }
+  }
   in_range(p.fault_tolerance, 0, kMaxWorldSize, "pipeline.fault_tolerance");
   if (p.fault_tolerance >= c.cluster.nodes) {
     throw ConfigError(fmt::format(
@@ -146,14 +187,13 @@ void validate(const RunConfig& c) {
         "pipeline.pipelines [{}] has {} pipeline(s) but pipeline.fault_tolerance {} needs at "
         "least {} (one replica of every layer must survive {} failure(s)); add pipelines or set "
         "--pipeline.fault_tolerance={}",
-        fmt::join(p.pipelines, ", "), p.pipelines.size(), p.fault_tolerance,
-        p.fault_tolerance + 1, p.fault_tolerance, p.pipelines.size() - 1));
+        fmt::join(p.pipelines, ", "), p.pipelines.size(), p.fault_tolerance, p.fault_tolerance + 1,
+        p.fault_tolerance, p.pipelines.size() - 1));
   }
 
   require(c.elastic.store_port >= 0 && c.elastic.store_port <= 65535, "elastic.store_port",
           "in [0, 65535]", std::to_string(c.elastic.store_port));
-  require(std::isfinite(c.elastic.step_timeout_s) &&
-              c.elastic.step_timeout_s >= kMinStepTimeoutS &&
+  require(std::isfinite(c.elastic.step_timeout_s) && c.elastic.step_timeout_s >= kMinStepTimeoutS &&
               c.elastic.step_timeout_s <= kMaxStepTimeoutS,
           "elastic.step_timeout_s",
           fmt::format("in [{}, {}] seconds", kMinStepTimeoutS, kMaxStepTimeoutS),
@@ -190,8 +230,7 @@ void validate(const RunConfig& c) {
 void validate_devices(const RunConfig& c, int64_t devices) {
   const auto& p = c.pipeline;
   if (devices < 0 || devices > kMaxWorldSize) {
-    throw ConfigError(
-        fmt::format("--devices {} is out of range [0, {}]", devices, kMaxWorldSize));
+    throw ConfigError(fmt::format("--devices {} is out of range [0, {}]", devices, kMaxWorldSize));
   }
   if (devices == 0) devices = int64_t{c.cluster.nodes} * c.cluster.devices_per_node;
   int64_t used = 0;

@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "core/check.h"
+#include "core/error.h"
+#include "runtime/shard.h"
 
 namespace bw::runtime {
 namespace {
@@ -19,7 +21,8 @@ double ms_since(Clock::time_point t0) {
 
 Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
                    std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
-                   int microbatch_size, double loss_scale)
+                   int microbatch_size, double loss_scale, std::pair<int, int> rows,
+                   StageShards* shards)
     : config_(std::move(config)),
       pipeline_(pipeline),
       device_(device),
@@ -27,9 +30,22 @@ Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int 
       transport_(transport),
       microbatch_size_(microbatch_size),
       loss_scale_(loss_scale),
+      rows_(rows.second > rows.first ? rows : std::make_pair(0, microbatch_size)),
+      shards_(shards),
+      sharded_(shards != nullptr && shards->sharded()),
       last_chunk_(pipeline.schedule.num_chunks - 1) {
-  BW_CHECK(transport_ != nullptr || pipeline.num_devices == 1,
-           "a pipeline of {} devices needs a transport", pipeline.num_devices);
+  BW_CHECK(transport_ != nullptr || pipeline.num_ranks() == 1,
+           "a pipeline of {} ranks needs a transport", pipeline.num_ranks());
+  if (sharded_) {
+    for (const auto& a : pipeline.schedule.actions[device]) {
+      if (a.kind == schedule::ActionKind::I || a.kind == schedule::ActionKind::W) {
+        throw ConfigError(fmt::format(
+            "schedule {} splits backward into I and W, which sharded stages do not run; use "
+            "1f1b, interleaved, hanayo or gpipe with pipeline.devices_per_stage > 1",
+            pipeline.schedule.kind));
+      }
+    }
+  }
   for (int c = 0; c <= last_chunk_; ++c) {
     if (!local(c)) continue;
     for (int l = pipeline.chunk_layers[c].first; l < pipeline.chunk_layers[c].second; ++l) {
@@ -43,16 +59,25 @@ bool Executor::local(int chunk) const {
   return chunk >= 0 && chunk <= last_chunk_ && pipeline_.schedule.chunk_device[chunk] == device_;
 }
 
-int Executor::peer_rank(int chunk) const {
-  return pipeline_.first_rank + pipeline_.schedule.chunk_device[chunk];
+std::vector<Executor::Peer> Executor::peers(int chunk) const {
+  const int k = pipeline_.schedule.chunk_device[chunk];
+  const int w = pipeline_.widths[k];
+  std::vector<Peer> out;
+  for (int j = 0; j < w; ++j) {
+    auto [b, e] = split_range(microbatch_size_, w, j);
+    const int lo = std::max<int>(static_cast<int>(b), rows_.first);
+    const int hi = std::min<int>(static_cast<int>(e), rows_.second);
+    if (lo < hi) out.push_back({pipeline_.stage_first_rank(k) + j, lo, hi});
+  }
+  return out;
 }
 
 int Executor::tag(Dir dir, int consumer_chunk, int mb) const {
   return (dir * pipeline_.schedule.num_chunks + consumer_chunk) * pipeline_.num_microbatches + mb;
 }
 
-std::vector<int64_t> Executor::chunk_output_shape(int chunk) const {
-  return model::output_shape(config_, pipeline_.chunk_layers[chunk].second - 1, microbatch_size_);
+std::vector<int64_t> Executor::chunk_output_shape(int chunk, int rows) const {
+  return model::output_shape(config_, pipeline_.chunk_layers[chunk].second - 1, rows);
 }
 
 std::vector<torch::Tensor> Executor::chunk_parameters(int chunk) const {
@@ -75,11 +100,14 @@ torch::Tensor Executor::take_received(Dir dir, int chunk, int mb, StepStats& sta
            device_, dir == kForward ? "activation" : "gradient", chunk, mb);
   if (hook_) hook_("p2p");
   const auto t0 = Clock::now();
-  it->second.first->wait();
+  std::vector<torch::Tensor> parts;
+  for (auto& [request, buffer] : it->second) {
+    request->wait();
+    parts.push_back(std::move(buffer));
+  }
   stats.wait_ms += ms_since(t0);
-  auto t = std::move(it->second.second);
   recvs_.erase(it);
-  return t;
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
 void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats) {
@@ -89,6 +117,10 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
   if (need_data) {
     const auto t_data = Clock::now();
     data = batch(mb);
+    if (rows_.first != 0 || rows_.second != microbatch_size_) {
+      data.first = data.first.narrow(0, rows_.first, rows_.second - rows_.first);
+      data.second = data.second.narrow(0, rows_.first, rows_.second - rows_.first);
+    }
     stats.data_ms += ms_since(t_data);
   }
   if (hook_) hook_("forward");
@@ -101,12 +133,26 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
   const auto t0 = Clock::now();
   torch::Tensor x = slot.input;
   for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second; ++l) {
-    x = layers_.at(l)->forward(x);
+    if (sharded_) {
+      // Each layer its own graph, so its backward can run between gathers of its parameters.
+      torch::Tensor in = slot.layer_io.empty() ? x : x.detach().requires_grad_(true);
+      shards_->gather(l);
+      x = layers_.at(l)->forward(in);
+      shards_->release(l);
+      slot.layer_io.emplace_back(in, x);
+    } else {
+      x = layers_.at(l)->forward(x);
+    }
   }
   if (chunk == last_chunk_) {
+    // The rows' mean loss weighted by their share of the microbatch: summed over the stage's
+    // ranks, the microbatch's mean.
+    const double scale =
+        loss_scale_ * (rows_.second - rows_.first) / static_cast<double>(microbatch_size_);
     auto loss = model::lm_loss(x, data.second);
-    stats.loss += loss.item<double>() * loss_scale_;
-    x = loss * loss_scale_;
+    stats.loss += loss.item<double>() * scale;
+    x = loss * scale;
+    if (sharded_) slot.layer_io.back().second = x;
   }
   const double f_ms = ms_since(t0);
   stats.compute_ms += f_ms;
@@ -130,7 +176,9 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   if (chunk < last_chunk_) grads.push_back(slot.out_grad);
   const bool has_input_grad = chunk > 0;
   const auto t0 = Clock::now();
-  if (inputs_only) {
+  if (sharded_) {
+    sharded_backward(slot, chunk, grads);
+  } else if (inputs_only) {
     // I: gradient of the chunk input only; the graph is kept for W. Chunk 0 has no input
     // gradient (its input is tokens), so its I does nothing and its W does all the work.
     if (has_input_grad) {
@@ -163,6 +211,29 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   }
 }
 
+void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::Tensor>& grads) {
+  const int first = pipeline_.chunk_layers[chunk].first;
+  torch::Tensor grad = grads.empty() ? torch::Tensor() : grads[0];
+  for (int i = static_cast<int>(slot.layer_io.size()) - 1; i >= 0; --i) {
+    const int l = first + i;
+    auto& [in, out] = slot.layer_io[i];
+    shards_->gather(l);
+    if (grad.defined()) {
+      torch::autograd::backward({out}, {grad});
+    } else {
+      torch::autograd::backward({out});
+    }
+    shards_->release(l);
+    shards_->reduce_gradients(l);
+    out = torch::Tensor();
+    if (i > 0) {
+      grad = in.grad();
+      BW_CHECK(grad.defined(), "chunk {}: layer {} got no input gradient", chunk, l);
+      in = torch::Tensor();
+    }
+  }
+}
+
 StepStats Executor::run_step(const BatchFn& batch) {
   StepStats stats;
   stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
@@ -185,31 +256,37 @@ StepStats Executor::run_step(const BatchFn& batch) {
       case ActionKind::W:
         backward(c, m, false, true, stats);
         break;
-      case ActionKind::RECV_F: {
-        auto buf = torch::empty(chunk_output_shape(c - 1), torch::kFloat32);
-        recvs_[{kForward, c, m}] = {transport_->irecv(buf, peer_rank(c - 1), tag(kForward, c, m)),
-                                    buf};
-        break;
-      }
+      case ActionKind::RECV_F:
       case ActionKind::RECV_B: {
-        auto buf = torch::empty(chunk_output_shape(c), torch::kFloat32);
-        recvs_[{kBackward, c, m}] = {transport_->irecv(buf, peer_rank(c + 1), tag(kBackward, c, m)),
-                                     buf};
+        const bool fwd = a.kind == ActionKind::RECV_F;
+        auto& list = recvs_[{fwd ? kForward : kBackward, c, m}];
+        for (const auto& peer : peers(fwd ? c - 1 : c + 1)) {
+          auto buf = torch::empty(chunk_output_shape(fwd ? c - 1 : c, peer.end - peer.begin),
+                                  torch::kFloat32);
+          list.emplace_back(
+              transport_->irecv(buf, peer.rank, tag(fwd ? kForward : kBackward, c, m)), buf);
+        }
         break;
       }
       case ActionKind::SEND_F: {
         auto& slot = slots_.at({c, m});
-        auto out = slot.output.detach().contiguous();
-        sends_.push_back(transport_->isend(out, peer_rank(c + 1), tag(kForward, c + 1, m)));
+        auto out = slot.output.detach();
+        for (const auto& peer : peers(c + 1)) {
+          auto part = out.narrow(0, peer.begin - rows_.first, peer.end - peer.begin).contiguous();
+          sends_.push_back(transport_->isend(part, peer.rank, tag(kForward, c + 1, m)));
+        }
         break;
       }
       case ActionKind::SEND_B: {
         auto it = outgoing_grads_.find({c, m});
         BW_CHECK(it != outgoing_grads_.end(),
                  "device {}: SEND_B of chunk {} microbatch {} before its I/B", device_, c, m);
-        auto grad = it->second.contiguous();
+        auto grad = it->second;
         outgoing_grads_.erase(it);
-        sends_.push_back(transport_->isend(grad, peer_rank(c - 1), tag(kBackward, c - 1, m)));
+        for (const auto& peer : peers(c - 1)) {
+          auto part = grad.narrow(0, peer.begin - rows_.first, peer.end - peer.begin).contiguous();
+          sends_.push_back(transport_->isend(part, peer.rank, tag(kBackward, c - 1, m)));
+        }
         break;
       }
     }

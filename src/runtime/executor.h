@@ -12,6 +12,12 @@
 //   SEND_F/SEND_B  isend the output activation / input gradient; all sends are waited before the
 //                  step ends, so no buffer is reused while in flight.
 // Consecutive chunks on the same device hand tensors over locally (no communication).
+// Sharded stages (shard.h): each rank of a stage computes its rows (samples) of every microbatch,
+// and activations and gradients go to the ranks of the neighbouring stage that compute the same
+// rows (one message per overlapping pair). On a stage of several ranks every layer runs on its
+// own: parameters gathered before the layer's forward and again before its backward, released
+// after, its gradient reduced over the stage after each backward (zero-bubble I/W splits are
+// not supported there).
 //
 // Invariants: each chunk's input is a leaf (detached) so chunk graphs are independent; every
 // (chunk, microbatch) state is freed after its last backward action; a step ends with no pending
@@ -60,10 +66,13 @@ using PhaseHook = std::function<void(const char* phase)>;
 class Executor {
  public:
   // `layers` maps layer index -> layer for every layer of this device's chunks. `transport` may
-  // be null only when the pipeline has one device. `loss_scale` = mbs / G.
+  // be null only when the pipeline has one rank. `loss_scale` = mbs / G. This rank computes rows
+  // `rows` of every microbatch; `shards` (may be null) gathers and reduces a sharded stage's
+  // layers.
   Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
            std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
-           int microbatch_size, double loss_scale);
+           int microbatch_size, double loss_scale, std::pair<int, int> rows = {0, 0},
+           class StageShards* shards = nullptr);
 
   StepStats run_step(const BatchFn& batch);
   void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -75,15 +84,22 @@ class Executor {
     torch::Tensor output;    // chunk output (last chunk: the scaled loss)
     torch::Tensor out_grad;  // gradient arriving for output (empty on the last chunk)
     torch::Tensor in_grad;   // gradient of input, after B or I
+    // Sharded stage: each layer's (input leaf, output), the first input being `input`.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> layer_io;
+  };
+  struct Peer {  // a rank of a neighbouring stage and the rows it shares with this one
+    int rank;
+    int begin, end;
   };
   using Key = std::pair<int, int>;  // (chunk, microbatch)
 
   void forward(int chunk, int mb, const BatchFn& batch, StepStats& stats);
   void backward(int chunk, int mb, bool inputs_only, bool weights_only, StepStats& stats);
   torch::Tensor take_received(Dir dir, int chunk, int mb, StepStats& stats);
-  int peer_rank(int chunk) const;
+  std::vector<Peer> peers(int chunk) const;
+  void sharded_backward(Slot& slot, int chunk, const std::vector<torch::Tensor>& grads);
   int tag(Dir dir, int consumer_chunk, int mb) const;
-  std::vector<int64_t> chunk_output_shape(int chunk) const;
+  std::vector<int64_t> chunk_output_shape(int chunk, int rows) const;
   std::vector<torch::Tensor> chunk_parameters(int chunk) const;
   bool local(int chunk) const;
 
@@ -94,10 +110,15 @@ class Executor {
   Transport* transport_;
   int microbatch_size_;
   double loss_scale_;
+  std::pair<int, int> rows_;
+  StageShards* shards_;
+  bool sharded_;
   int last_chunk_;
 
   std::map<Key, Slot> slots_;
-  std::map<std::tuple<int, int, int>, std::pair<std::unique_ptr<Request>, torch::Tensor>> recvs_;
+  std::map<std::tuple<int, int, int>,
+           std::vector<std::pair<std::unique_ptr<Request>, torch::Tensor>>>
+      recvs_;
   std::map<std::tuple<int, int, int>, torch::Tensor> handoff_;  // local chunk-to-chunk tensors
   std::map<Key, torch::Tensor> outgoing_grads_;                 // input gradients for SEND_B
   std::vector<std::unique_ptr<Request>> sends_;

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/check.h"
+#include "runtime/shard.h"
 
 namespace bw::runtime {
 
@@ -24,30 +25,56 @@ void zero_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers) 
 
 GradSync::GradSync(const RunLayout& layout, int rank,
                    std::map<int, std::shared_ptr<model::Layer>> layers,
-                   const TransportFactory& make_group, Transport* world)
-    : layout_(layout), rank_(rank), layers_(std::move(layers)), world_(world) {
-  for (auto& b : gradient_buckets(layout)) {
+                   const TransportFactory& make_group, Transport* world, StageShards* shards)
+    : layout_(layout), rank_(rank), layers_(std::move(layers)), world_(world), shards_(shards) {
+  auto make = [&](const std::vector<int>& ranks) -> Transport* {
+    if (ranks.size() <= 1) return nullptr;
+    auto it = groups_.find(ranks);
+    if (it == groups_.end()) {
+      std::string name = fmt::format("g{}/grp/{}", layout.generation, fmt::join(ranks, "-"));
+      const int index =
+          static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+      it = groups_.emplace(ranks, make_group(name, index, static_cast<int>(ranks.size()))).first;
+    }
+    return it->second.get();
+  };
+  // Units in layer order: a bucket of unsegmented layers, or the segments of a segmented one.
+  auto buckets = gradient_buckets(layout);
+  size_t next_bucket = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    if (layout.segmented(l)) {
+      const auto& model_layers = layers_;
+      const bool holds = model_layers.count(l) == 1;
+      if (!holds) continue;
+      BW_CHECK(shards_ != nullptr, "rank {} runs segmented layer {} without shards", rank, l);
+      int64_t numel = 0;
+      for (const auto& [name, p] : layers_.at(l)->parameter_list()) numel += p.numel();
+      const auto range = layout.shard_range(rank, numel);
+      for (auto& seg : layout.segments(l, numel)) {
+        if (std::find(seg.ranks.begin(), seg.ranks.end(), rank) == seg.ranks.end()) continue;
+        MyBucket mine;
+        mine.segment = true;
+        mine.layer = l;
+        mine.offset = seg.begin - range.first;
+        mine.count = seg.end - seg.begin;
+        mine.group = make(seg.ranks);
+        mine.bucket = Bucket{l, l + 1, seg.ranks};
+        mine_.push_back(std::move(mine));
+      }
+      continue;
+    }
+    if (next_bucket >= buckets.size() || buckets[next_bucket].first_layer != l) continue;
+    auto b = std::move(buckets[next_bucket++]);
     const bool member = std::find(b.ranks.begin(), b.ranks.end(), rank) != b.ranks.end();
     if (!member) continue;
     MyBucket mine;
-    for (int l = b.first_layer; l < b.end_layer; ++l) {
-      BW_CHECK(layers_.count(l) == 1, "rank {} is a replica of layer {} but does not hold it", rank,
-               l);
-      if (b.ranks.front() == rank) owned_layers_.push_back(l);
-      for (const auto& [name, p] : layers_.at(l)->parameter_list()) mine.params.push_back(p);
+    for (int k = b.first_layer; k < b.end_layer; ++k) {
+      BW_CHECK(layers_.count(k) == 1, "rank {} is a replica of layer {} but does not hold it", rank,
+               k);
+      if (b.ranks.front() == rank) owned_layers_.push_back(k);
+      for (const auto& [name, p] : layers_.at(k)->parameter_list()) mine.params.push_back(p);
     }
-    if (b.ranks.size() > 1) {
-      auto it = groups_.find(b.ranks);
-      if (it == groups_.end()) {
-        std::string name = fmt::format("g{}/grp/{}", layout.generation, fmt::join(b.ranks, "-"));
-        const int index =
-            static_cast<int>(std::find(b.ranks.begin(), b.ranks.end(), rank) - b.ranks.begin());
-        it = groups_
-                 .emplace(b.ranks, make_group(name, index, static_cast<int>(b.ranks.size())))
-                 .first;
-      }
-      mine.group = it->second.get();
-    }
+    mine.group = make(b.ranks);
     mine.bucket = std::move(b);
     mine_.push_back(std::move(mine));
   }
@@ -56,6 +83,13 @@ GradSync::GradSync(const RunLayout& layout, int rank,
 void GradSync::sync_gradients() {
   for (auto& b : mine_) {
     if (b.group == nullptr) continue;
+    if (b.segment) {
+      auto slice = shards_->shard_gradient(b.layer).narrow(0, b.offset, b.count);
+      auto flat = slice.contiguous();
+      b.group->allreduce_sum(flat);
+      slice.copy_(flat);
+      continue;
+    }
     std::vector<torch::Tensor> grads;
     for (const auto& p : b.params) grads.push_back(p.grad().reshape({-1}));
     auto flat = torch::cat(grads);
@@ -84,6 +118,7 @@ std::pair<double, double> GradSync::global_norm_and_loss(double local_loss) {
       sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
     }
   }
+  if (shards_ != nullptr) sq += shards_->counted_sq_norm();
   auto t = torch::tensor({sq, local_loss}, torch::kFloat64);
   if (world_ != nullptr && world_->size() > 1) world_->allreduce_sum(t);
   return {t[0].item<double>(), t[1].item<double>()};

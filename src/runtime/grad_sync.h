@@ -8,6 +8,10 @@
 // TransportFactory, so tests can inject faults. Buckets are visited in one global layer
 // order on every rank, so collectives on overlapping groups cannot deadlock.
 //
+// Segmented layers (layout.h) sync per Segment instead: the holders of a segment (one rank per
+// pipeline) all-reduce that slice of their shard gradients, on a group cached the same way; units
+// (buckets and segments) are visited in layer order, so the global order argument holds for both.
+//
 // Then the global gradient norm: each layer's squared norm is counted once (by the lowest rank of
 // its replica set), summed over the world together with the step's loss in one all-reduce.
 //
@@ -33,7 +37,8 @@ class GradSync {
  public:
   // `world` may be null when the world has one rank.
   GradSync(const RunLayout& layout, int rank, std::map<int, std::shared_ptr<model::Layer>> layers,
-           const TransportFactory& make_group, Transport* world);
+           const TransportFactory& make_group, Transport* world,
+           class StageShards* shards = nullptr);
 
   // All-reduces every bucket this rank belongs to (gradients summed in place).
   void sync_gradients();
@@ -51,6 +56,10 @@ class GradSync {
     Bucket bucket;
     std::vector<torch::Tensor> params;  // in layer order, then parameter order
     Transport* group = nullptr;
+    // A segment of a segmented layer instead: its slice of this rank's shard gradient.
+    bool segment = false;
+    int layer = 0;
+    int64_t offset = 0, count = 0;  // within the shard
   };
   const RunLayout& layout_;
   int rank_;
@@ -59,6 +68,7 @@ class GradSync {
   std::map<std::vector<int>, std::unique_ptr<Transport>> groups_;
   std::vector<MyBucket> mine_;
   std::vector<int> owned_layers_;  // layers whose norm this rank counts
+  class StageShards* shards_;
 };
 
 // Every parameter of `layers` gets a defined, zeroed .grad.

@@ -11,20 +11,107 @@
 
 namespace bw::runtime {
 
+int PipelineLayout::num_ranks() const { return std::accumulate(widths.begin(), widths.end(), 0); }
+
+int PipelineLayout::stage_first_rank(int stage) const {
+  BW_CHECK(stage >= 0 && stage < static_cast<int>(widths.size()), "stage {} of {}", stage,
+           widths.size());
+  return first_rank + std::accumulate(widths.begin(), widths.begin() + stage, 0);
+}
+
+std::pair<int64_t, int64_t> split_range(int64_t n, int parts, int index) {
+  BW_CHECK(parts >= 1 && index >= 0 && index < parts, "piece {} of {}", index, parts);
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = index * base + std::min<int64_t>(index, extra);
+  return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+
 int RunLayout::world_size() const {
   int n = 0;
-  for (const auto& p : pipelines) n += p.num_devices;
+  for (const auto& p : pipelines) n += p.num_ranks();
   return n;
 }
 
 std::pair<int, int> RunLayout::locate(int rank) const {
   for (size_t p = 0; p < pipelines.size(); ++p) {
     const auto& pl = pipelines[p];
-    if (rank >= pl.first_rank && rank < pl.first_rank + pl.num_devices) {
-      return {static_cast<int>(p), rank - pl.first_rank};
+    if (rank >= pl.first_rank && rank < pl.first_rank + pl.num_ranks()) {
+      int r = pl.first_rank;
+      for (int k = 0; k < pl.num_devices; ++k) {
+        if (rank < r + pl.widths[k]) return {static_cast<int>(p), k};
+        r += pl.widths[k];
+      }
     }
   }
   BW_CHECK(false, "rank {} not in the layout (world size {})", rank, world_size());
+}
+
+int RunLayout::member_of(int rank) const {
+  auto [p, k] = locate(rank);
+  return rank - pipelines[p].stage_first_rank(k);
+}
+
+int RunLayout::width_of(int rank) const {
+  auto [p, k] = locate(rank);
+  return pipelines[p].widths[k];
+}
+
+std::vector<int> RunLayout::stage_ranks(int rank) const {
+  auto [p, k] = locate(rank);
+  std::vector<int> out(pipelines[p].widths[k]);
+  std::iota(out.begin(), out.end(), pipelines[p].stage_first_rank(k));
+  return out;
+}
+
+std::pair<int, int> RunLayout::sample_range(int rank) const {
+  auto [b, e] = split_range(microbatch_size, width_of(rank), member_of(rank));
+  return {static_cast<int>(b), static_cast<int>(e)};
+}
+
+bool RunLayout::segmented(int layer) const {
+  for (const auto& pl : pipelines) {
+    for (int c = 0; c < static_cast<int>(pl.chunk_layers.size()); ++c) {
+      if (layer >= pl.chunk_layers[c].first && layer < pl.chunk_layers[c].second &&
+          pl.widths[pl.schedule.chunk_device[c]] > 1) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::pair<int64_t, int64_t> RunLayout::shard_range(int rank, int64_t numel) const {
+  return split_range(numel, width_of(rank), member_of(rank));
+}
+
+std::vector<Segment> RunLayout::segments(int layer, int64_t numel) const {
+  // Cut points of every pipeline's stage holding the layer.
+  std::vector<int64_t> cuts{0, numel};
+  for (int p = 0; p < static_cast<int>(pipelines.size()); ++p) {
+    const int r = rank_of_layer(p, layer);
+    const int w = width_of(r);
+    for (int j = 1; j < w; ++j) cuts.push_back(split_range(numel, w, j).first);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<Segment> out;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    Segment s{layer, cuts[i], cuts[i + 1], {}};
+    for (int p = 0; p < static_cast<int>(pipelines.size()); ++p) {
+      const int first = rank_of_layer(p, layer);
+      const int w = width_of(first);
+      for (int j = 0; j < w; ++j) {
+        auto [b, e] = split_range(numel, w, j);
+        if (b <= s.begin && s.end <= e) s.ranks.push_back(first + j);
+      }
+    }
+    std::sort(s.ranks.begin(), s.ranks.end());
+    BW_CHECK(static_cast<int>(s.ranks.size()) == static_cast<int>(pipelines.size()),
+             "segment [{}, {}) of layer {} has {} holders for {} pipelines", s.begin, s.end, layer,
+             s.ranks.size(), pipelines.size());
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 std::vector<int> RunLayout::layers_of(int rank) const {
@@ -43,7 +130,7 @@ int RunLayout::rank_of_layer(int pipeline, int layer) const {
   const auto& pl = pipelines[pipeline];
   for (int c = 0; c < static_cast<int>(pl.chunk_layers.size()); ++c) {
     if (layer >= pl.chunk_layers[c].first && layer < pl.chunk_layers[c].second) {
-      return pl.first_rank + pl.schedule.chunk_device[c];
+      return pl.stage_first_rank(pl.schedule.chunk_device[c]);
     }
   }
   BW_CHECK(false, "layer {} not held by pipeline {}", layer, pipeline);
@@ -61,6 +148,7 @@ std::vector<int> RunLayout::replicas(int layer) const {
 std::vector<Bucket> gradient_buckets(const RunLayout& layout) {
   std::vector<Bucket> out;
   for (int l = 0; l < layout.num_layers; ++l) {
+    if (layout.segmented(l)) continue;
     auto ranks = layout.replicas(l);
     if (!out.empty() && out.back().ranks == ranks && out.back().end_layer == l) {
       out.back().end_layer = l + 1;
@@ -146,7 +234,14 @@ void validate_layout(const RunLayout& layout) {
     BW_CHECK(static_cast<int>(pl.schedule.actions.size()) == pl.num_devices,
              "pipeline {}: {} action lists for {} devices", p, pl.schedule.actions.size(),
              pl.num_devices);
-    rank += pl.num_devices;
+    BW_CHECK(static_cast<int>(pl.widths.size()) == pl.num_devices,
+             "pipeline {}: {} stage widths for {} devices", p, pl.widths.size(), pl.num_devices);
+    for (int w : pl.widths) {
+      BW_CHECK(w >= 1 && w <= layout.microbatch_size,
+               "pipeline {}: a stage of {} ranks cannot split microbatches of {} samples", p, w,
+               layout.microbatch_size);
+    }
+    rank += pl.num_ranks();
     mb += pl.num_microbatches;
   }
   BW_CHECK(mb == layout.total_microbatches, "pipelines hold {} of {} microbatches", mb,
@@ -165,6 +260,7 @@ nlohmann::json to_json(const RunLayout& layout) {
     nlohmann::json p;
     p["first_rank"] = pl.first_rank;
     p["num_devices"] = pl.num_devices;
+    p["widths"] = pl.widths;
     p["chunk_layers"] = pl.chunk_layers;
     p["first_microbatch"] = pl.first_microbatch;
     p["num_microbatches"] = pl.num_microbatches;
@@ -193,6 +289,7 @@ RunLayout layout_from_json(const nlohmann::json& doc) {
     PipelineLayout pl;
     pl.first_rank = p.at("first_rank").get<int>();
     pl.num_devices = p.at("num_devices").get<int>();
+    pl.widths = p.at("widths").get<std::vector<int>>();
     pl.chunk_layers = p.at("chunk_layers").get<std::vector<std::pair<int, int>>>();
     pl.first_microbatch = p.at("first_microbatch").get<int>();
     pl.num_microbatches = p.at("num_microbatches").get<int>();

@@ -23,7 +23,88 @@ ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_
 std::vector<int> ModelState::layers() const {
   std::vector<int> out;
   for (const auto& [l, layer] : layers_) out.push_back(l);
+  for (const auto& [l, s] : shards_) out.push_back(l);
+  std::sort(out.begin(), out.end());
   return out;
+}
+
+std::pair<int64_t, int64_t> ModelState::held_range(int layer) const {
+  if (holds(layer)) return {0, model::num_parameters(model_, layer)};
+  if (auto it = shards_.find(layer); it != shards_.end()) return {it->second.begin, it->second.end};
+  return {0, 0};
+}
+
+Shard& ModelState::shard(int layer) {
+  auto it = shards_.find(layer);
+  BW_CHECK(it != shards_.end(), "layer {} is not held as a shard", layer);
+  return it->second;
+}
+
+LayerState ModelState::export_range(int layer, int64_t begin, int64_t end) const {
+  auto [hb, he] = held_range(layer);
+  BW_CHECK(hb <= begin && begin < end && end <= he,
+           "export of [{}, {}) of layer {}, which holds [{}, {})", begin, end, layer, hb, he);
+  if (holds(layer)) {
+    const auto full = export_layer(layer);
+    const int64_t n = he;
+    const int64_t k = end - begin;
+    return {torch::cat({full.flat.narrow(0, begin, k), full.flat.narrow(0, n + begin, k),
+                        full.flat.narrow(0, 2 * n + begin, k)}),
+            full.adam_step};
+  }
+  const Shard& s = shards_.at(layer);
+  const int64_t off = begin - s.begin, k = end - begin;
+  return {torch::cat({s.param.narrow(0, off, k), s.exp_avg.narrow(0, off, k),
+                      s.exp_avg_sq.narrow(0, off, k)}),
+          s.step};
+}
+
+void ModelState::assemble(int layer, int64_t begin, int64_t end, bool whole,
+                          const std::vector<std::pair<int64_t, LayerState>>& pieces) {
+  const int64_t n = model::num_parameters(model_, layer);
+  BW_CHECK(0 <= begin && begin < end && end <= n, "range [{}, {}) of layer {} ({} values)", begin,
+           end, layer, n);
+  const int64_t k = end - begin;
+  auto flat = torch::empty({3 * k}, torch::kFloat32);
+  std::vector<char> covered(static_cast<size_t>(k), 0);
+  int64_t step = -1;
+  auto put = [&](int64_t at, const LayerState& piece) {
+    const int64_t len = piece.flat.numel() / 3;
+    const int64_t b = std::max(at, begin), e = std::min(at + len, end);
+    if (b >= e) return;
+    for (int r = 0; r < 3; ++r) {
+      flat.narrow(0, r * k + (b - begin), e - b)
+          .copy_(piece.flat.narrow(0, r * len + (b - at), e - b));
+    }
+    std::fill(covered.begin() + (b - begin), covered.begin() + (e - begin), 1);
+    BW_CHECK(step < 0 || step == piece.adam_step, "layer {}: pieces at AdamW steps {} and {}",
+             layer, step, piece.adam_step);
+    step = piece.adam_step;
+  };
+  for (const auto& [at, piece] : pieces) put(at, piece);
+  auto [hb, he] = held_range(layer);
+  if (hb < he && std::max(hb, begin) < std::min(he, end)) {
+    const int64_t b = std::max(hb, begin), e = std::min(he, end);
+    put(b, export_range(layer, b, e));
+  }
+  BW_CHECK(std::all_of(covered.begin(), covered.end(), [](char c) { return c != 0; }),
+           "layer {}: the pieces do not cover [{}, {})", layer, begin, end);
+  if (whole) {
+    BW_CHECK(begin == 0 && end == n, "layer {}: a whole layer from [{}, {})", layer, begin, end);
+    shards_.erase(layer);
+    import_layer(layer, {flat, step});
+    return;
+  }
+  drop(layer);
+  Shard s;
+  s.begin = begin;
+  s.end = end;
+  s.param = flat.narrow(0, 0, k).clone();
+  s.exp_avg = flat.narrow(0, k, k).clone();
+  s.exp_avg_sq = flat.narrow(0, 2 * k, k).clone();
+  s.grad = torch::zeros({k}, torch::kFloat32);
+  s.step = step;
+  shards_[layer] = std::move(s);
 }
 
 void ModelState::invalidate() {
@@ -33,13 +114,14 @@ void ModelState::invalidate() {
 }
 
 void ModelState::add_initial(int layer) {
-  if (holds(layer)) return;
+  if (holds(layer) || holds_shard(layer)) return;
   BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
   invalidate();
   layers_[layer] = model::build_layer(model_, layer, seed_);
 }
 
 void ModelState::drop(int layer) {
+  shards_.erase(layer);
   auto it = layers_.find(layer);
   if (it == layers_.end()) return;
   invalidate();
@@ -56,9 +138,7 @@ void ModelState::keep_only(const std::vector<int>& keep) {
   for (int l : keep) add_initial(l);
 }
 
-int64_t ModelState::flat_numel(int layer) const {
-  return 3 * model::num_parameters(model_, layer);
-}
+int64_t ModelState::flat_numel(int layer) const { return 3 * model::num_parameters(model_, layer); }
 
 Optimizer& ModelState::optimizer() {
   if (!optimizer_) {
@@ -159,7 +239,7 @@ std::map<int, uint64_t> ModelState::parameter_checksums() const {
 
 std::map<int, uint64_t> ModelState::optimizer_checksums() {
   std::map<int, uint64_t> out;
-  for (int l : layers()) {
+  for (const auto& [l, layer] : layers_) {
     const auto s = export_layer(l);
     const int64_t n = model::num_parameters(model_, l);
     out[l] = fnv1a({s.flat.narrow(0, n, 2 * n), torch::tensor(s.adam_step, torch::kInt64)});

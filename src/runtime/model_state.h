@@ -34,13 +34,38 @@ struct LayerState {
   int64_t adam_step = 0;
 };
 
+// A contiguous slice [begin, end) of one layer's flat parameters (parameter_list order, each
+// flattened) with the same slice of its AdamW moments and of its gradient: what a rank of a
+// sharded stage keeps of a segmented layer (layout.h). `step` counts the AdamW updates applied.
+struct Shard {
+  int64_t begin = 0, end = 0;
+  torch::Tensor param, exp_avg, exp_avg_sq, grad;  // float32 [end - begin]
+  int64_t step = 0;
+
+  int64_t size() const { return end - begin; }
+};
+
 class ModelState {
  public:
   ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed);
 
   const model::GptConfig& model() const { return model_; }
+  // Whether the layer is held whole (holds) or as a shard (holds_shard); layers() lists both.
   bool holds(int layer) const { return layers_.count(layer) > 0; }
+  bool holds_shard(int layer) const { return shards_.count(layer) > 0; }
   std::vector<int> layers() const;
+  // [begin, end) of the layer's flat parameters held: [0, n) when whole, {0, 0} when not held.
+  std::pair<int64_t, int64_t> held_range(int layer) const;
+  Shard& shard(int layer);
+  const std::map<int, Shard>& shards() const { return shards_; }
+  // Flat [parameters | exp_avg | exp_avg_sq] of [begin, end) (within held_range) and the AdamW
+  // step: a piece for state transfer.
+  LayerState export_range(int layer, int64_t begin, int64_t end) const;
+  // Makes the layer a shard of [begin, end) from `pieces` (export_range output with their begin
+  // offsets) and what is held locally; InternalError when they do not cover the range. With
+  // [0, n) and `whole`, the layer is held whole instead.
+  void assemble(int layer, int64_t begin, int64_t end, bool whole,
+                const std::vector<std::pair<int64_t, LayerState>>& pieces);
   const std::map<int, std::shared_ptr<model::Layer>>& layer_map() const { return layers_; }
 
   // Adds layer `layer` with its initial weights (from the model seed) and no AdamW state; no-op
@@ -78,6 +103,7 @@ class ModelState {
   std::map<int, std::shared_ptr<model::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::map<std::string, ParamState> pending_state_;  // state to install at the next rebuild
+  std::map<int, Shard> shards_;
 };
 
 // FNV-1a 64 over the bytes of `tensors`, in order.

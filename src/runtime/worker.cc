@@ -80,8 +80,7 @@ int64_t peak_rss_kb() {
 }
 
 Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, ModelState& state,
-               std::unique_ptr<Transport> world, const TransportFactory& make_group,
-               PhaseHook hook)
+               std::unique_ptr<Transport> world, const TransportFactory& make_group, PhaseHook hook)
     : config_(config),
       layout_(layout),
       rank_(rank),
@@ -94,9 +93,45 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   BW_CHECK(model::num_layers(model) == layout_.num_layers, "model has {} layers, layout {}",
            model::num_layers(model), layout_.num_layers);
   std::map<int, std::shared_ptr<model::Layer>> layers;
+  std::vector<int> segmented;
   for (int l : layout_.layers_of(rank)) {
+    if (layout_.segmented(l)) {
+      segmented.push_back(l);
+      continue;
+    }
     BW_CHECK(state_.holds(l), "rank {} needs layer {} but its state does not hold it", rank, l);
     layers[l] = state_.layer_map().at(l);
+  }
+  if (layout_.width_of(rank) > 1) {
+    BW_CHECK(make_group, "a sharded stage needs a group factory");
+    const auto stage = layout_.stage_ranks(rank);
+    stage_group_ = make_group(fmt::format("g{}/stage/{}", layout_.generation, stage.front()),
+                              layout_.member_of(rank), static_cast<int>(stage.size()));
+  }
+  shards_ =
+      std::make_unique<StageShards>(layout_, rank, state_, segmented,
+                                    static_cast<uint64_t>(config.model.seed), stage_group_.get());
+  for (const auto& [l, layer] : shards_->compute_layers()) layers[l] = layer;
+  // Writers of segmented layers: the lowest rank holding the layer whole, else member 0 of the
+  // stage of the first pipeline (which gathers it with its stage).
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    if (!layout_.segmented(l)) continue;
+    int writer = -1;
+    for (int r : layout_.replicas(l)) {
+      if (layout_.width_of(r) == 1) {
+        writer = r;
+        break;
+      }
+    }
+    const int first = layout_.rank_of_layer(0, l);
+    if (writer < 0) {
+      writer = first;
+      const auto stage = layout_.stage_ranks(first);
+      if (std::find(stage.begin(), stage.end(), rank) != stage.end()) {
+        segmented_gathered_.push_back(l);
+      }
+    }
+    if (writer == rank) segmented_owned_.push_back(l);
   }
   // Only the ranks holding the first or the last chunk read data.
   const int last_chunk = pl.schedule.num_chunks - 1;
@@ -111,24 +146,27 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   BW_CHECK(layout_.world_size() == 1 || (world_ && make_group),
            "a world of {} ranks needs a world group and a group factory", layout_.world_size());
   const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
-  executor_ = std::make_unique<Executor>(model, pl, device_, layers, world_.get(),
-                                         layout_.microbatch_size, loss_scale);
+  executor_ =
+      std::make_unique<Executor>(model, pl, device_, layers, world_.get(), layout_.microbatch_size,
+                                 loss_scale, layout_.sample_range(rank), shards_.get());
   if (hook_) executor_->set_hook(hook_);
-  sync_ = std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get());
+  sync_ =
+      std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get());
   log(LogLevel::kDebug, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
       fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
 }
 
 Worker::~Worker() = default;
 
-std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout,
-                                int pipeline, int step, const std::vector<int>& microbatches) {
+std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout, int pipeline,
+                                int step, const std::vector<int>& microbatches,
+                                std::pair<int, int> rows) {
   const int64_t mbs = layout.microbatch_size;
   const int64_t step_first = int64_t{step} * layout.total_microbatches * mbs;
   std::vector<int64_t> out;
   for (int m : microbatches) {
     const int64_t first = step_first + (layout.pipelines[pipeline].first_microbatch + m) * mbs;
-    for (int64_t j = 0; j < mbs; ++j) out.push_back(sampler.window_of(first + j));
+    for (int64_t j = rows.first; j < rows.second; ++j) out.push_back(sampler.window_of(first + j));
   }
   return out;
 }
@@ -143,10 +181,12 @@ PreparedStep Worker::prepare(int step) {
     return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
   };
   zero_gradients(state_.layer_map());
+  shards_->zero_gradients();
   StepStats stats = executor_->run_step(batch);
 
   const auto t_sync = Clock::now();
   if (hook_) hook_("grad_sync");
+  shards_->collect_gradients();
   sync_->sync_gradients();
   auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
 
@@ -168,7 +208,8 @@ PreparedStep Worker::prepare(int step) {
   r.num_actions = stats.num_actions;
   r.chunk_ms = stats.chunk_ms;
   if (sampler_ && !stats.first_chunk_microbatches.empty()) {
-    r.samples = sample_ids(*sampler_, layout_, pipeline_, step, stats.first_chunk_microbatches);
+    r.samples = sample_ids(*sampler_, layout_, pipeline_, step, stats.first_chunk_microbatches,
+                           layout_.sample_range(rank_));
   }
   r.step_ms = ms_since(t0);
   r.peak_rss_kb = peak_rss_kb();
@@ -179,6 +220,7 @@ void Worker::apply(int step, const PreparedStep& prepared) {
   BW_CHECK(state_.steps_done == step, "rank {} applies step {} but has applied {} steps", rank_,
            step, state_.steps_done);
   state_.optimizer().step(step, prepared.clip);
+  if (!shards_->empty()) shards_->apply(prepared.clip, lr_at(step, config_.train), config_.train);
   state_.steps_done = step + 1;
 }
 
@@ -196,6 +238,7 @@ std::vector<std::unique_ptr<Transport>> Worker::release_transports() {
   if (sync_) out = sync_->release_groups();
   executor_.reset();
   sync_.reset();
+  if (stage_group_) out.push_back(std::move(stage_group_));
   if (world_) out.push_back(std::move(world_));
   return out;
 }
@@ -203,20 +246,58 @@ std::vector<std::unique_ptr<Transport>> Worker::release_transports() {
 std::vector<int> Worker::owned_layers() const {
   std::vector<int> out;
   for (int l : layout_.layers_of(rank_)) {
-    if (layout_.replicas(l).front() == rank_) out.push_back(l);
+    if (layout_.segmented(l)) {
+      if (std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end())
+        out.push_back(l);
+    } else if (layout_.replicas(l).front() == rank_) {
+      out.push_back(l);
+    }
   }
   return out;
 }
 
-NamedTensors Worker::owned_parameters() const { return state_.parameters_of(owned_layers()); }
+NamedTensors Worker::owned_parameters() {
+  std::vector<int> whole;
+  for (int l : owned_layers())
+    if (!layout_.segmented(l)) whole.push_back(l);
+  NamedTensors out = state_.parameters_of(whole);
+  for (int l : layout_.layers_of(rank_)) {
+    if (!layout_.segmented(l)) continue;
+    const bool mine =
+        std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end();
+    const bool gathers = std::find(segmented_gathered_.begin(), segmented_gathered_.end(), l) !=
+                         segmented_gathered_.end();
+    if (!mine && !gathers) continue;
+    auto full = shards_->full_parameters(l);  // collective when the stage has several ranks
+    if (mine) out.insert(out.end(), full.begin(), full.end());
+  }
+  return out;
+}
 
-NamedTensors Worker::owned_optimizer_state() const {
-  return state_.optimizer_state_of(owned_layers());
+NamedTensors Worker::owned_optimizer_state() {
+  std::vector<int> whole;
+  for (int l : owned_layers())
+    if (!layout_.segmented(l)) whole.push_back(l);
+  NamedTensors out = state_.optimizer_state_of(whole);
+  for (int l : layout_.layers_of(rank_)) {
+    if (!layout_.segmented(l)) continue;
+    const bool mine =
+        std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end();
+    const bool gathers = std::find(segmented_gathered_.begin(), segmented_gathered_.end(), l) !=
+                         segmented_gathered_.end();
+    if (!mine && !gathers) continue;
+    auto full = shards_->full_optimizer_state(l);
+    if (mine) out.insert(out.end(), full.begin(), full.end());
+  }
+  return out;
 }
 
 void Worker::load_state(const std::map<std::string, torch::Tensor>& params,
                         const std::map<std::string, torch::Tensor>* optimizer_state) {
   torch::NoGradGuard no_grad;
+  for (const auto& [l, layer] : shards_->compute_layers()) {
+    shards_->load(l, params, optimizer_state);
+  }
   for (const auto& [name, p] : state_.optimizer().params()) {
     auto it = params.find(name);
     if (it == params.end()) {

@@ -1,7 +1,8 @@
 // A worker: one device's share of training in one generation (docs/design.md "Runtime"). It runs
 // its action list each step (executor.h) on the layers of a ModelState that outlives it, syncs
 // gradients per layer across pipelines and computes the global norm (grad_sync.h); once the step
-// is committed it clips and applies AdamW with the scheduled learning rate (prepare / apply). Checkpoint shards and state loading go through named tensors
+// is committed it clips and applies AdamW with the scheduled learning rate (prepare / apply).
+// Checkpoint shards and state loading go through named tensors
 // ("layers.{i}.{param}"), so a checkpoint written under one plan loads under any other.
 //
 // Data: step k consumes global samples [k*G, (k+1)*G); this rank's pipeline computes global
@@ -36,6 +37,7 @@
 #include "runtime/layout.h"
 #include "runtime/model_state.h"
 #include "runtime/optimizer.h"
+#include "runtime/shard.h"
 
 namespace bw::runtime {
 
@@ -76,8 +78,7 @@ class Worker {
   // builds the gradient groups (both unused, and may be null, when the world has one rank).
   // `hook` sees the phases of each step.
   Worker(const RunConfig& config, const RunLayout& layout, int rank, ModelState& state,
-         std::unique_ptr<Transport> world, const TransportFactory& make_group,
-         PhaseHook hook = {});
+         std::unique_ptr<Transport> world, const TransportFactory& make_group, PhaseHook hook = {});
   ~Worker();
 
   // Forward, backward and gradient sync of 0-based step `step` (samples [step*G, (step+1)*G)).
@@ -94,10 +95,12 @@ class Worker {
   Transport* world() { return world_.get(); }
 
   // Layers whose checkpoint tensors this rank writes: those where it is the lowest rank of the
-  // replica set.
+  // replica set; for a segmented layer, the lowest rank holding it whole, else member 0 of the
+  // first pipeline's stage.
   std::vector<int> owned_layers() const;
-  NamedTensors owned_parameters() const;
-  NamedTensors owned_optimizer_state() const;
+  // Full tensors of the owned layers. Collective over sharded stages: every rank calls it.
+  NamedTensors owned_parameters();
+  NamedTensors owned_optimizer_state();
   // Loads every held layer's parameters (and optimizer state when given) by name; ConfigError
   // naming the first missing tensor or a shape mismatch.
   void load_state(const std::map<std::string, torch::Tensor>& params,
@@ -105,6 +108,7 @@ class Worker {
 
   // FNV-1a of each held layer's parameter bytes.
   std::vector<std::pair<int, uint64_t>> layer_checksums() const;
+  const StageShards& shards() const { return *shards_; }
 
   // The generation's transports, for discard_in_background() (the worker is unusable after).
   std::vector<std::unique_ptr<Transport>> release_transports();
@@ -118,15 +122,20 @@ class Worker {
   ModelState& state_;
   std::optional<data::Sampler> sampler_;
   std::unique_ptr<Transport> world_;
+  std::unique_ptr<Transport> stage_group_;  // the ranks of this rank's stage, when more than one
+  std::unique_ptr<StageShards> shards_;     // this rank's segmented layers
+  std::vector<int> segmented_owned_;        // segmented layers whose writer this rank is
+  std::vector<int> segmented_gathered_;     // sharded stage: segmented layers it gathers for one
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<GradSync> sync_;
   PhaseHook hook_;
 };
 
-// Global sample ids (window indices of the data) of local microbatches `microbatches` of
-// `pipeline` at step `step`, for the exactly-once check.
-std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout,
-                                int pipeline, int step, const std::vector<int>& microbatches);
+// Global sample ids (window indices of the data) of rows [rows.first, rows.second) of local
+// microbatches `microbatches` of `pipeline` at step `step`, for the exactly-once check.
+std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout, int pipeline,
+                                int step, const std::vector<int>& microbatches,
+                                std::pair<int, int> rows);
 
 // Peak resident set size of this process in KiB (0 where unknown).
 int64_t peak_rss_kb();

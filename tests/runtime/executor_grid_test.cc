@@ -61,6 +61,7 @@ RunLayout layout_for(const std::vector<int>& devices, const std::string& kind, i
     PipelineLayout pl;
     pl.first_rank = rank;
     pl.num_devices = devices[i];
+    pl.widths.assign(devices[i], 1);
     pl.first_microbatch = mb;
     pl.num_microbatches = split[i];
     if (devices[i] == 1 && kind == "single") {

@@ -65,6 +65,7 @@ RunLayout make_layout(const std::vector<int>& devices, const std::string& kind, 
     PipelineLayout pl;
     pl.first_rank = rank;
     pl.num_devices = d;
+    pl.widths.assign(d, 1);
     pl.first_microbatch = mb;
     pl.num_microbatches = 4;
     pl.schedule = schedule::lower(schedule::generate(spec));

@@ -56,23 +56,18 @@ struct RunOutput {
   std::string log;
 };
 
+// `devices` 0: the cluster comes from `extra` (cluster.nodes x cluster.devices_per_node).
 RunOutput train(const std::string& name, std::vector<std::string> extra, int devices,
-                const std::string& model, int steps = kSteps) {
+                const std::string& model, int steps = kSteps, bool quiet = true) {
   const auto out_dir = (fs::path(work_dir()) / name).string();
-  std::vector<std::string> args = {"train",
-                                   "--quiet",
-                                   fmt::format("--devices={}", devices),
-                                   "--model.name=" + model,
-                                   "--data.path=" + corpus(),
-                                   fmt::format("--train.steps={}", steps),
-                                   "--train.warmup_steps=3",
-                                   "--train.lr=1e-2",
-                                   "--train.sample_tokens=0",
-                                   "--pipeline.microbatches=6",
-                                   "--pipeline.microbatch_size=2",
+  std::vector<std::string> args = {"train", "--model.name=" + model, "--data.path=" + corpus(),
+                                   fmt::format("--train.steps={}", steps), "--train.warmup_steps=3",
+                                   "--train.lr=1e-2", "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=6", "--pipeline.microbatch_size=2",
                                    // Single-pipeline cases ([2]) survive no failure.
-                                   "--pipeline.fault_tolerance=0",
-                                   "--train.out_dir=" + out_dir};
+                                   "--pipeline.fault_tolerance=0", "--train.out_dir=" + out_dir};
+  if (devices > 0) args.push_back(fmt::format("--devices={}", devices));
+  if (quiet) args.push_back("--quiet");
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = run_cli(args, out_dir + ".log", kDeadlineS);
   RunOutput out;
@@ -167,6 +162,61 @@ INSTANTIATE_TEST_SUITE_P(Schedules, Transparency,
                                            Case{"zbh1", "zb-h1", "[2]", "tiny"},
                                            Case{"hetero_2_3", "1f1b", "[2, 3]", "tiny"}),
                          [](const auto& info) { return info.param.name; });
+
+// Sharded stages (docs/runtime.md "Sharded stages"): a stage on 2 or 3 devices of one node keeps
+// 1/w of every layer's parameters and AdamW state, computes 1/w of every microbatch's samples and
+// gathers parameters per layer; pipelines may cut a layer differently ([2, 1] next to [1, 1, 1]).
+// The oracle is the single-process run on the same global batches: 6 microbatches of 2 samples,
+// or 4 of 3 where a stage has 3 devices (the same 12 samples per step either way).
+struct ShardCase {
+  std::string name;
+  std::vector<std::string> flags;
+  std::string model = "tiny";
+  int microbatch_size = 2;
+};
+
+void PrintTo(const ShardCase& c, std::ostream* os) { *os << c.name; }
+
+class Sharded : public ::testing::TestWithParam<ShardCase> {};
+
+TEST_P(Sharded, MatchesSingleProcess) {
+  const auto& c = GetParam();
+  std::vector<std::string> batch = {
+      fmt::format("--pipeline.microbatch_size={}", c.microbatch_size),
+      fmt::format("--pipeline.microbatches={}", 12 / c.microbatch_size)};
+  auto flags = c.flags;
+  flags.insert(flags.end(), batch.begin(), batch.end());
+  auto got = train("sharded_" + c.name, flags, 0, c.model, kSteps, /*quiet=*/false);
+  const std::string key = fmt::format("{}_mbs{}", c.model, c.microbatch_size);
+  static std::map<std::string, RunOutput> refs;
+  if (!refs.count(key)) refs[key] = train("reference_" + key, batch, 1, c.model);
+  expect_same_training(got, refs[key], c.name);
+  // The run really sharded: its printed plan has stages of several ranks.
+  EXPECT_NE(got.log.find("(sharded)"), std::string::npos) << got.log;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, Sharded,
+    ::testing::Values(
+        ShardCase{"two_stages_of_2_1f1b",
+                  {"--cluster.nodes=1", "--cluster.devices_per_node=4", "--pipeline.pipelines=[4]",
+                   "--pipeline.devices_per_stage=2", "--pipeline.schedule=1f1b"}},
+        ShardCase{
+            "two_stages_of_2_hanayo_w2",
+            {"--cluster.nodes=1", "--cluster.devices_per_node=4", "--pipeline.pipelines=[4]",
+             "--pipeline.devices_per_stage=2", "--pipeline.schedule=hanayo", "--pipeline.waves=2"},
+            "tiny:6"},
+        ShardCase{"cut_2_1_and_1_1_1",
+                  {"--cluster.nodes=2", "--cluster.devices_per_node=3",
+                   "--pipeline.pipelines=[3,3]", "--pipeline.stage_devices=[2,1,1,1,1]",
+                   "--pipeline.fault_tolerance=1", "--pipeline.schedule=1f1b"}},
+        ShardCase{"cut_3_and_1_1_1",
+                  {"--cluster.nodes=2", "--cluster.devices_per_node=3",
+                   "--pipeline.pipelines=[3,3]", "--pipeline.stage_devices=[3,1,1,1]",
+                   "--pipeline.fault_tolerance=1", "--pipeline.schedule=1f1b"},
+                  "tiny",
+                  3}),
+    [](const auto& info) { return info.param.name; });
 
 // The planner's choice (pipelines, schedule kind, uneven chunks, microbatch split) from a profile
 // measured on this machine trains like the single-process run too.
