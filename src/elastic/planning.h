@@ -5,9 +5,10 @@
 // coordinator publishes the result (runtime/layout.h).
 //
 // Nodes and workers: node n has cluster.devices_per_node devices; worker id n * g + d runs local
-// device d of node n in every generation (its rank changes with the plan). Each template stage
-// runs on one device; a template with a stage on several devices (data parallelism inside a
-// stage) is a ConfigError, never a silent change of plan.
+// device d of node n in every generation (its rank changes with the plan). A template stage on
+// d devices of one node runs sharded on d ranks (runtime/shard.h); one the runtime cannot run (d
+// above the microbatch size, a zero-bubble schedule on a sharded stage) is a ConfigError, never a
+// silent change of plan.
 //
 // Templates for every config path: with a profile, the planner's (plan::make_plan); otherwise
 // uniform templates for every node count 1..N: the config's schedule on all n * g devices, the

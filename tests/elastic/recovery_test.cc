@@ -313,6 +313,32 @@ std::vector<FaultCase> fault_cases() {
 INSTANTIATE_TEST_SUITE_P(Elastic, Faults, ::testing::ValuesIn(fault_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// A sharded stage loses its node: pipelines of [one stage on 2 devices] and [2 stages on 2
+// devices] (3 nodes of 2 devices); node 2 dies mid-step. The survivors are re-planned as two
+// one-node pipelines of one sharded stage each, and the node that ran the first half of the
+// layers receives exactly its slices of the other half from the surviving replica's shards. The
+// oracle is the failure-free run of the same config.
+TEST(ShardedRecovery, LostShardedStageIsReshardedFromTheSurvivingReplica) {
+  const int steps = 8;
+  auto args = base_args(3, steps);
+  for (const char* a : {"--cluster.devices_per_node=2", "--pipeline.pipelines=[2,4]",
+                        "--pipeline.devices_per_stage=2", "--pipeline.schedule=1f1b",
+                        "--pipeline.fault_tolerance=1"}) {
+    args.push_back(a);
+  }
+  const auto want = train("sharded_reference", args);
+  ASSERT_EQ(want.status, 0) << want.output;
+  args.push_back("--elastic.inject=kill:node=2:step=3:phase=backward");
+  const auto got = train("sharded_kill", args);
+  ASSERT_FALSE(got.timed_out) << "hung:\n" << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  EXPECT_EQ(count_events(got, "node_lost"), 1) << got.output;
+  EXPECT_GE(count_events(got, "recovered"), 1) << got.output;
+  expect_exactly_once(got, want);
+  expect_same_state(got.out_dir, want.out_dir, steps);
+  expect_no_process_left(got);
+}
+
 // Signals from outside work like injected faults: a worker stopped with SIGSTOP by another
 // process is found by its heartbeat, its node is fenced, and the run completes exactly once.
 TEST(ExternalSignal, StoppedWorkerIsFoundAndTheRunMatchesTheFailureFreeRun) {

@@ -252,5 +252,43 @@ TEST(Resume, CheckpointFromOnePlanContinuesUnderAnother) {
   expect_same_training(second, tail, "resumed run");
 }
 
+// Checkpoints stay plan-independent with sharded stages: one written by stages of 2 devices
+// resumes on unsharded pipelines, and one written unsharded resumes on sharded stages cut
+// [2, 1] and [1, 1, 1]; both end where the uninterrupted single-process run ends.
+TEST(ShardedResume, CheckpointsMoveBetweenShardedAndUnshardedPlans) {
+  const auto& ref = reference("tiny");
+  RunOutput tail = ref;
+  tail.losses.assign(ref.losses.begin() + 5, ref.losses.end());
+  const std::vector<std::string> sharded = {
+      "--cluster.nodes=1", "--cluster.devices_per_node=4", "--pipeline.pipelines=[4]",
+      "--pipeline.devices_per_stage=2", "--pipeline.schedule=1f1b"};
+  auto args = sharded;
+  args.push_back("--train.checkpoint_every=5");
+  auto first = train("sharded_ckpt_first", args, 0, "tiny");
+  const auto ckpt = (fs::path(work_dir()) / "sharded_ckpt_first" / "checkpoint-000005").string();
+  ASSERT_TRUE(fs::exists(fs::path(ckpt) / "checkpoint.json")) << first.log;
+  auto unsharded = train("sharded_ckpt_to_unsharded",
+                         {"--pipeline.schedule=1f1b", "--pipeline.pipelines=[1, 2]",
+                          "--pipeline.fault_tolerance=1", "--train.resume=" + ckpt},
+                         3, "tiny");
+  ASSERT_EQ(unsharded.losses.size(), 5u) << unsharded.log;
+  expect_same_training(unsharded, tail, "sharded checkpoint resumed unsharded");
+
+  auto plain = train("unsharded_ckpt_first",
+                     {"--pipeline.schedule=1f1b", "--pipeline.pipelines=[2]",
+                      "--train.checkpoint_every=5"},
+                     2, "tiny");
+  const auto ckpt2 = (fs::path(work_dir()) / "unsharded_ckpt_first" / "checkpoint-000005").string();
+  ASSERT_TRUE(fs::exists(fs::path(ckpt2) / "checkpoint.json")) << plain.log;
+  auto resharded = train("unsharded_ckpt_to_sharded",
+                         {"--cluster.nodes=2", "--cluster.devices_per_node=3",
+                          "--pipeline.pipelines=[3,3]", "--pipeline.stage_devices=[2,1,1,1,1]",
+                          "--pipeline.fault_tolerance=1", "--pipeline.schedule=1f1b",
+                          "--train.resume=" + ckpt2},
+                         0, "tiny");
+  ASSERT_EQ(resharded.losses.size(), 5u) << resharded.log;
+  expect_same_training(resharded, tail, "unsharded checkpoint resumed sharded");
+}
+
 }  // namespace
 }  // namespace bw::runtime
