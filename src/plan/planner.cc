@@ -46,30 +46,43 @@ std::string width_note(const CostModel& model, const Cluster& cluster, const Tem
       b, b == 1 ? "with 1 no stage is sharded: " : "", g, g);
 }
 
-// Upper bound on the layers any pipeline can hold under 1F1B memory, or nullopt when there is
-// none (some stage shape fits with every in-flight count up to m): stage s of S keeps
-// j = min(m, S - s) microbatches in flight, distinct for the stages with j < m, and with j in
-// flight holds at most c_j layers (the longest layer range that fits with j, on any allowed width).
-std::optional<int> max_layers_in_a_pipeline(const CostModel& model, double mem_limit) {
+// fewest[i]: the fewest stages that hold layers [i, L) within memory with any number of nodes,
+// or kInfStages. Stage s of S keeps min(m, S - s) microbatches in flight, so fewer stages behind
+// a stage never hurt it: prepending to the suffix with the fewest stages is always best (exact).
+constexpr int kInfStages = std::numeric_limits<int>::max();
+std::vector<int> fewest_stages(const CostModel& model, double mem_limit) {
   const int L = model.num_layers(), m = model.options().microbatches;
-  const int cap = std::min(m, L + 1);
-  std::vector<int> longest(cap + 1, 0);  // longest[k]: longest range tolerating exactly k
-  for (int i = 0; i < L; ++i)
+  std::vector<int> fewest(L + 1, kInfStages);
+  fewest[L] = 0;
+  for (int i = L - 1; i >= 0; --i)
     for (int d = 1; d <= model.max_stage_devices(); ++d)
-      for (int count = 1; i + count <= L; ++count) {
-        const double fixed =
-            model.stage_state_bytes(i, count, d) + model.stage_transient_bytes(i, count, d);
-        const double act = model.stage_activation_bytes(i, count, d);
-        if (fixed + act > mem_limit) break;
-        const double k = act > 0 ? std::floor((mem_limit - fixed) / act) : cap;
-        const int kk = static_cast<int>(std::min<double>(k, cap));
-        longest[kk] = std::max(longest[kk], count);
+      for (int e = i + 1; e <= L; ++e) {
+        const int count = e - i;
+        if (model.stage_memory(i, count, d, 1) > mem_limit) break;  // grows with e
+        if (fewest[e] == kInfStages) continue;
+        if (model.stage_memory(i, count, d, std::min(m, fewest[e] + 1)) <= mem_limit)
+          fewest[i] = std::min(fewest[i], fewest[e] + 1);
       }
-  for (int k = cap - 1; k >= 1; --k) longest[k] = std::max(longest[k], longest[k + 1]);
-  if (longest[std::min(m, cap)] >= 1 && m <= L) return std::nullopt;
-  long long total = 0;
-  for (int j = 1; j <= std::min(m - 1, cap); ++j) total += longest[j];
-  return static_cast<int>(std::min<long long>(total, L));
+  return fewest;
+}
+
+// The memory terms of layer `l` alone on d devices with `in_flight` microbatches, on the width
+// where it needs least.
+std::string layer_terms(const Profile& profile, const CostModel& model, int l, int in_flight) {
+  int best_d = 1;
+  for (int d = 2; d <= model.max_stage_devices(); ++d)
+    if (model.stage_memory(l, 1, d, in_flight) < model.stage_memory(l, 1, best_d, in_flight))
+      best_d = d;
+  const auto gb = [](double bytes) { return bytes / 1e9; };
+  const int b = model.microbatch_size();
+  return fmt::format(
+      "layer '{}' alone on {} device(s) with {} microbatch(es) in flight needs {:.2f} GB per "
+      "device: parameters, gradients and AdamW state {:.2f} GB, gathered layer and gradient "
+      "{:.2f} GB, activations {:.2f} GB per microbatch in flight ({} of the microbatch's {} "
+      "samples)",
+      profile.layers[l].name, best_d, in_flight, gb(model.stage_memory(l, 1, best_d, in_flight)),
+      gb(model.stage_state_bytes(l, 1, best_d)), gb(model.stage_transient_bytes(l, 1, best_d)),
+      gb(model.stage_activation_bytes(l, 1, best_d)), (b + best_d - 1) / best_d, b);
 }
 
 // Explains why nothing fits on `cluster`, with the node count that would or the memory term that
@@ -93,51 +106,31 @@ std::optional<int> max_layers_in_a_pipeline(const CostModel& model, double mem_l
         *n0, note));
   }
   const double mem = cluster.device_memory_bytes();
-  const int w = model.max_stage_devices();
-  // The heaviest layer on its own, on the allowed width where it needs least, one microbatch in
-  // flight: the parameter state, the gathered copy and the activations.
-  int worst = 0, worst_d = 1;
-  double worst_bytes = -1;
-  for (int l = 0; l < model.num_layers(); ++l) {
-    double best = std::numeric_limits<double>::infinity();
-    int best_d = 1;
-    for (int d = 1; d <= w; ++d) {
-      const double bytes = model.stage_memory(l, 1, d, 1);
-      if (bytes < best) best = bytes, best_d = d;
-    }
-    if (best > worst_bytes) worst_bytes = best, worst = l, worst_d = best_d;
-  }
-  const auto gb = [](double bytes) { return bytes / 1e9; };
-  const std::string terms = fmt::format(
-      "layer '{}' on a stage of {} device(s) needs {:.2f} GB per device: parameters, gradients "
-      "and AdamW state {:.2f} GB, gathered layer and gradient {:.2f} GB, activations {:.2f} GB "
-      "per microbatch in flight ({} of the microbatch's {} samples)",
-      profile.layers[worst].name, worst_d, gb(worst_bytes),
-      gb(model.stage_state_bytes(worst, 1, worst_d)),
-      gb(model.stage_transient_bytes(worst, 1, worst_d)),
-      gb(model.stage_activation_bytes(worst, 1, worst_d)),
-      (model.microbatch_size() + worst_d - 1) / worst_d, model.microbatch_size());
-  if (worst_bytes > mem) {
+  const std::vector<int> fewest = fewest_stages(model, mem);
+  const int L = model.num_layers();
+  int first = L;  // the longest suffix [first, L) that fits in some pipeline
+  while (first > 0 && fewest[first - 1] != kInfStages) --first;
+  if (first == L) {  // the last layer does not fit alone with one microbatch in flight
     throw ConfigError(fmt::format(
         "model '{}' does not fit on devices of {} GB with any number of nodes: {}; raise "
         "--memory-gb or use a smaller microbatch.{}",
-        profile.model, cluster.device_memory_gb, terms, note));
+        profile.model, cluster.device_memory_gb, layer_terms(profile, model, L - 1, 1), note));
   }
-  if (auto most = max_layers_in_a_pipeline(model, mem); most && *most < model.num_layers()) {
+  if (first > 0) {
+    const int in_flight = std::min(model.options().microbatches, fewest[first] + 1);
     throw ConfigError(fmt::format(
         "model '{}' does not fit on devices of {} GB with any number of nodes: the activations "
-        "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S, and "
-        "within {} GB a stage with j in flight holds at most as many layers as fit j microbatches' "
-        "activations beside its parameter state, so a pipeline holds at most {} of the {} layers "
-        "(e.g. {}); raise --memory-gb or use a profile with less activation memory per sample.{}",
-        profile.model, cluster.device_memory_gb, cluster.device_memory_gb, *most,
-        model.num_layers(), terms, note));
+        "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S; at "
+        "best the last {} of the {} layers fit (on {} stages), and no stage holding layer {} fits "
+        "in front of them: {}; raise --memory-gb or use a profile with less activation memory "
+        "per sample.{}",
+        profile.model, cluster.device_memory_gb, L - first, L, fewest[first], first - 1,
+        layer_terms(profile, model, first - 1, in_flight), note));
   }
-  throw ConfigError(
-      fmt::format("model '{}' does not fit on devices of {} GB even with one layer per node of {} "
-                  "devices ({}); "
-                  "raise --memory-gb or use more devices per node.{}",
-                  profile.model, cluster.device_memory_gb, cluster.devices_per_node, terms, note));
+  throw ConfigError(fmt::format(
+      "model '{}' does not fit on devices of {} GB on {} nodes; a pipeline of {} stages would: use "
+      "more nodes or raise --memory-gb.{}",
+      profile.model, cluster.device_memory_gb, cluster.num_nodes, fewest[0], note));
 }
 
 // Whether schedule::generate accepts `kind` for template `t` with m microbatches.
