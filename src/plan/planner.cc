@@ -120,17 +120,19 @@ std::string layer_terms(const Profile& profile, const CostModel& model, int l, i
     const int in_flight = std::min(model.options().microbatches, fewest[first] + 1);
     throw ConfigError(fmt::format(
         "model '{}' does not fit on devices of {} GB with any number of nodes: the activations "
-        "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S; at "
-        "best the last {} of the {} layers fit (on {} stages), and no stage holding layer {} fits "
-        "in front of them: {}; raise --memory-gb or use a profile with less activation memory "
-        "per sample.{}",
+        "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S; even "
+        "ignoring how stages fill nodes, only the last {} of the {} layers fit in a pipeline (on "
+        "{} stages), and no stage holding layer {} fits in front of them: {}; raise --memory-gb "
+        "or use a profile with less activation memory per sample.{}",
         profile.model, cluster.device_memory_gb, L - first, L, fewest[first], first - 1,
         layer_terms(profile, model, first - 1, in_flight), note));
   }
   throw ConfigError(fmt::format(
-      "model '{}' does not fit on devices of {} GB on {} nodes; a pipeline of {} stages would: use "
-      "more nodes or raise --memory-gb.{}",
-      profile.model, cluster.device_memory_gb, cluster.num_nodes, fewest[0], note));
+      "model '{}' does not fit on {} nodes x {} devices of {} GB: {} stages would hold it, but "
+      "not packed into whole nodes of {} devices; use more nodes, raise --memory-gb or change "
+      "--max-stage-devices.{}",
+      profile.model, cluster.num_nodes, cluster.devices_per_node, cluster.device_memory_gb,
+      fewest[0], cluster.devices_per_node, note));
 }
 
 // Whether schedule::generate accepts `kind` for template `t` with m microbatches.
