@@ -43,13 +43,12 @@ void prune(std::vector<Label>& cand, std::vector<Label>& out) {
   }
 }
 
-// Iteration time of one feasible pipeline on n nodes: each node split into stages of the widest
-// allowed device count w (g / w of them, and one of the remainder), layers split so the largest
-// stage compute is minimal (bisection + greedy), then extra splits to make exactly that many
-// stages. +inf when it does not fit or there are too few layers.
-double balanced_bound(const CostModel& model, int n) {
+// Iteration time of one feasible pipeline on n nodes: each node split into stages of w devices
+// (g / w of them, and one of the remainder), layers split so the largest stage compute is minimal
+// (bisection + greedy), then extra splits to make exactly that many stages. +inf when it does not
+// fit or there are too few layers.
+double balanced_bound(const CostModel& model, int n, int w) {
   const int L = model.num_layers(), g = model.devices_per_node();
-  const int w = model.max_stage_devices();
   std::vector<int> node_widths(g / w, w);
   if (g % w != 0) node_widths.push_back(g % w);
   const int num_stages = n * static_cast<int>(node_widths.size());
@@ -237,16 +236,21 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   // State (i, u) depends only on states with a larger first layer, so all u of one i are
   // independent: they are split over threads, and each state's result is the same whatever
   // thread computes it (deterministic output).
-  // Upper bounds on each root's optimum from a simple feasible pipeline (one stage of g devices
-  // per node, layers split to balance compute). A label at (i, u) can only end in roots
-  // n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a label above every
-  // such root's bound is never part of an optimum and is dropped (a small relative slack keeps
-  // rounding from dropping an optimum equal to its bound).
+  // Upper bounds on each root's optimum from simple feasible pipelines (every node split into
+  // stages of one width w, for each allowed w; layers split to balance compute). A label at (i, u)
+  // can only end in roots n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a
+  // label above every such root's bound is never part of an optimum and is dropped (a small
+  // relative slack keeps rounding from dropping an optimum equal to its bound).
   std::vector<double> bound_from(top_nodes + 2, std::numeric_limits<double>::infinity());
   {
     double running = 0;
     for (int n = top_nodes; n >= 1; --n) {
-      if (n >= min_nodes) running = std::max(running, balanced_bound(model, n));
+      if (n >= min_nodes) {
+        // The best of the simple pipelines over every allowed stage width.
+        double best = std::numeric_limits<double>::infinity();
+        for (int w = 1; w <= w_max; ++w) best = std::min(best, balanced_bound(model, n, w));
+        running = std::max(running, best);
+      }
       bound_from[n] = running * (1 + 1e-9);
     }
   }
