@@ -187,5 +187,49 @@ TEST(ShardedCost, EvaluatorUsesTheSameTermsAsTheClosedForm) {
   EXPECT_EQ(sharded, 4);
 }
 
+// Hanayo gives each stage several chunks: the gathered-layer term is twice the largest layer of
+// all chunks the stage's devices hold, on top of the simulator's activations and 1/d of the
+// parameter state, with the same per-layer times as above.
+TEST(ShardedCost, MultiChunkStagesCountTheirLargestLayerOverAllChunks) {
+  Profile p = random_profile(8, 12, false, 4);
+  p.layers[5].param_bytes = 2e9;  // the largest layer, held by one stage only
+  const Cluster cl = small_cluster(1, 4, 1000);
+  CostOptions o;
+  o.microbatches = 8;
+  const CostModel model(p, cl, o);
+  const Template t = make_template(model, {{0, 4, 2}, {4, 4, 2}}, 1);
+  auto e = simulator_evaluator(p, cl)(t, "hanayo-w1");
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ(e->chunks.size(), 4u);
+  std::vector<sim::LayerCost> layers;
+  for (const auto& x : p.layers) {
+    const double gather = all_gather_ms(x.param_bytes, 2, cl);
+    sim::LayerCost c;
+    c.forward_ms = x.forward_ms * 0.5 + gather;
+    c.backward_ms = x.backward_ms * 0.5 + gather + all_reduce_ms(x.param_bytes, 2, cl);
+    c.activation_bytes = x.activation_bytes * 0.5;
+    c.output_bytes = x.output_bytes;
+    c.param_bytes = x.param_bytes / 2;
+    layers.push_back(c);
+  }
+  const sim::LinkModel link{cl.latency_us * 1e-3, cl.intra_node_gbps};
+  const schedule::ScheduleSpec spec{.kind = "hanayo", .devices = 2, .microbatches = 8, .waves = 1};
+  const sim::Prediction want = sim::predict(spec, layers, link);
+  int holds_largest = 0;
+  for (int k = 0; k < 2; ++k) {
+    double largest = 0;
+    for (const auto& c : e->chunks)
+      if (c.stage == k)
+        for (int l = c.first_layer; l < c.end_layer(); ++l)
+          largest = std::max(largest, p.layers[l].param_bytes);
+    holds_largest += largest == 2e9;
+    const double mem = want.peak_activation_bytes[k] + 4 * want.param_bytes[k] + 2 * largest;
+    EXPECT_NEAR(e->stage_memory_bytes[k], mem, 1e-3 * mem) << "stage " << k;
+  }
+  EXPECT_EQ(holds_largest, 1);
+  const double t8 = want.iteration_ms;
+  EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 8, t8, 1e-9 * t8);
+}
+
 }  // namespace
 }  // namespace bw::plan
