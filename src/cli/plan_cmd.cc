@@ -227,8 +227,13 @@ void run(const PlanArgs& a) {
   print_plan_stages(r.plan);
   if (re) {
     print_plan(re->plan, fmt::format("After failure of nodes {}", a.fail));
+    // A device of a sharded stage needs only its 1/d slice of each layer.
     double bytes = 0;
-    for (const auto& c : re->copies) bytes += profile.layers[c.layer.value()].param_bytes;
+    for (const auto& c : re->copies) {
+      const auto at = re->plan.locate(c.to);
+      const int d = at ? re->plan.pipelines[at->pipeline].tmpl.stages[at->stage].num_devices : 1;
+      bytes += profile.layers[c.layer.value()].param_bytes / d;
+    }
     fmt::print("layer copies: {} (parameters {:.2f} GB, plus optimizer state)\n", re->copies.size(),
                bytes / 1e9);
   }
