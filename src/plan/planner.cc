@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -46,9 +45,10 @@ std::string width_note(const CostModel& model, const Cluster& cluster, const Tem
       b, b == 1 ? "with 1 no stage is sharded: " : "", g, g);
 }
 
-// fewest[i]: the fewest stages that hold layers [i, L) within memory with any number of nodes,
-// or kInfStages. Stage s of S keeps min(m, S - s) microbatches in flight, so fewer stages behind
-// a stage never hurt it: prepending to the suffix with the fewest stages is always best (exact).
+// fewest[i]: the fewest stages that hold layers [i, L) within memory with any number of nodes and
+// ignoring how stages pack into nodes (so kInfStages proves that no pipeline holds them). Stage s
+// of S keeps min(m, S - s) microbatches in flight, so fewer stages behind a stage never hurt it:
+// prepending to the suffix with the fewest stages is always best.
 constexpr int kInfStages = std::numeric_limits<int>::max();
 std::vector<int> fewest_stages(const CostModel& model, double mem_limit) {
   const int L = model.num_layers(), m = model.options().microbatches;
