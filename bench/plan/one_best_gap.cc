@@ -34,7 +34,7 @@ std::vector<double> one_best(const Profile& p, const Cluster& c, int m) {
     for (int u = 1; u <= std::min(U, (L - i) * g); ++u) {
       Best& b = at(i, u);
       double b_cost = inf;
-      for (int d = 1; d <= (u - 1) % g + 1; ++d)
+      for (int d = 1; d <= std::min((u - 1) % g + 1, model.max_stage_devices()); ++d)
         for (int e = i + 1; e <= L; ++e) {
           const int rest = u - d;
           if ((e == L) != (rest == 0)) continue;
@@ -42,7 +42,7 @@ std::vector<double> one_best(const Profile& p, const Cluster& c, int m) {
           if (!nb.ok) continue;
           const int in_flight = std::min(m, nb.stages + 1);
           if (model.stage_memory(i, e - i, d, in_flight) > c.device_memory_bytes()) continue;
-          double t = model.stage_compute_ms(i, e - i, d);
+          double t = model.stage_local_ms(i, e - i, d);  // compute share + shard collectives
           if (e < L) t += model.comm_ms(e - 1, rest % g != 0);
           const double mx = std::max(t, nb.max_ms), sm = t + nb.sum_ms;
           const double cost = sm + (m - 1) * mx;
@@ -90,7 +90,8 @@ int main() {
   for (const char* model : {"gpt3-2.7b", "gpt3-6.7b", "gpt3-13b"})
     for (double mem : {80.0, 40.0})
       for (int m : {8, 64}) {
-        Profile p = synthesize_profile(find_model(model), find_device("a100"), 1);
+        // 8-sample microbatches, so stages may shard over a node's 8 devices.
+        Profile p = synthesize_profile(find_model(model), find_device("a100"), 8);
         Cluster c;
         c.num_nodes = 16;
         c.devices_per_node = 8;

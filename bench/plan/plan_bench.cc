@@ -30,11 +30,12 @@ Cluster cluster_of(int nodes, int g, double memory_gb) {
   return c;
 }
 
-// A GPT-3 175B profile, or its first `blocks` blocks for the 48-layer case.
-Profile gpt3(int blocks) {
+// A GPT-3 175B profile, or its first `blocks` blocks for the 48-layer case, at microbatch size b
+// (b = 1: no stage can be sharded; b = 8: stages may shard over all 8 devices of a node).
+Profile gpt3(int blocks, int microbatch_size = 1) {
   ModelSpec m = find_model("gpt3-175b");
   m.num_blocks = blocks;
-  return synthesize_profile(m, find_device("a100"), 1);
+  return synthesize_profile(m, find_device("a100"), microbatch_size);
 }
 
 TemplateOptions options(int microbatches) {
@@ -44,12 +45,13 @@ TemplateOptions options(int microbatches) {
 }
 
 // args: blocks, nodes, devices per node, device memory in GB (1e6: memory never binds, the
-// search's worst case; 80: A100-80GB, where memory prunes most stage shapes).
+// search's worst case; 80: A100-80GB, where memory prunes most stage shapes; 141: H200, where
+// GPT-3 175B fits with sharded stages), microbatch size b.
 void BM_Templates(benchmark::State& state) {
   const int blocks = static_cast<int>(state.range(0));
   const int nodes = static_cast<int>(state.range(1));
   const int g = static_cast<int>(state.range(2));
-  Profile p = gpt3(blocks);
+  Profile p = gpt3(blocks, static_cast<int>(state.range(4)));
   Cluster c = cluster_of(nodes, g, static_cast<double>(state.range(3)));
   size_t count = 0;
   for (auto _ : state) {
@@ -61,19 +63,20 @@ void BM_Templates(benchmark::State& state) {
   state.counters["peak_rss_mb"] = peak_rss_mb();
 }
 BENCHMARK(BM_Templates)
-    ->ArgNames({"blocks", "nodes", "g", "mem_gb"})
-    ->ArgsProduct({{48}, {8}, {1, 2, 4, 8}, {80, 1000000}})
-    ->ArgsProduct({{96}, {4}, {1}, {80, 1000000}})
-    ->ArgsProduct({{96}, {32}, {1, 2, 4, 8}, {80, 1000000}})
-    ->ArgsProduct({{96}, {64}, {8}, {80, 1000000}})
+    ->ArgNames({"blocks", "nodes", "g", "mem_gb", "b"})
+    ->ArgsProduct({{48}, {8}, {1, 2, 4, 8}, {80, 1000000}, {1, 8}})
+    ->ArgsProduct({{96}, {4}, {1}, {80, 1000000}, {1}})
+    ->ArgsProduct({{96}, {32}, {1, 2, 4, 8}, {80, 1000000}, {1, 8}})
+    ->ArgsProduct({{96}, {64}, {8}, {80, 141, 1000000}, {1, 8}})
     ->Unit(benchmark::kMillisecond);
 
 // Schedule-aware: the search, then each template simulated under 1f1b, interleaved and Hanayo
-// W = 1, 2 (two simulations each) to pick its schedule. args: blocks, nodes, g.
+// W = 1, 2 (two simulations each) to pick its schedule. args: blocks, nodes, g, memory GB, b.
 void BM_TemplatesScheduleAware(benchmark::State& state) {
   const int blocks = static_cast<int>(state.range(0));
-  Profile p = gpt3(blocks);
-  Cluster c = cluster_of(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), 80);
+  Profile p = gpt3(blocks, static_cast<int>(state.range(4)));
+  Cluster c = cluster_of(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)),
+                         static_cast<double>(state.range(3)));
   TemplateOptions o = options(64);
   o.schedule_kinds = simulated_schedule_kinds();
   o.evaluator = simulator_evaluator(p, c);
@@ -87,8 +90,9 @@ void BM_TemplatesScheduleAware(benchmark::State& state) {
   state.counters["peak_rss_mb"] = peak_rss_mb();
 }
 BENCHMARK(BM_TemplatesScheduleAware)
-    ->ArgNames({"blocks", "nodes", "g"})
-    ->Args({96, 64, 8})
+    ->ArgNames({"blocks", "nodes", "g", "mem_gb", "b"})
+    ->Args({96, 64, 8, 80, 1})
+    ->Args({96, 64, 8, 141, 8})
     ->Unit(benchmark::kMillisecond);
 
 // Templates for a GPT-3 6.7B-class profile so that small pipelines exist at every scale, then

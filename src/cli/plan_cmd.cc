@@ -27,6 +27,7 @@ struct PlanArgs {
   std::string fail;
   int template_microbatches = 0;
   int threads = 1;
+  int max_stage_devices = 0;  // 0: devices per node
   std::string schedules = "1f1b,interleaved,hanayo-w1,hanayo-w2";
   bool json = false;
 };
@@ -83,16 +84,53 @@ std::string runs(const std::vector<int>& v) {
 void print_templates(const plan::TemplateSet& set) {
   fmt::print(
       "Templates (chunks in model order, one per stage for 1f1b; time and memory at m; "
-      "\"3x2\" = three of 2)\n");
-  fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12} {:>9}\n", "nodes", "stages",
-             "layers/chunk", "devices/stage", "schedule", "m", "time ms", "mem GB");
+      "\"3x2\" = three of 2; a stage on 2 or more devices is sharded)\n");
+  fmt::print("{:>5} {:>6} {:<26} {:<26} {:>7} {:<11} {:>4} {:>12} {:>9}\n", "nodes", "stages",
+             "layers/chunk", "devices/stage", "sharded", "schedule", "m", "time ms", "mem GB");
   for (const auto& t : set.templates) {
     std::vector<int> layers, devices;
+    int sharded = 0;
     for (const auto& c : t.chunks) layers.push_back(c.num_layers);
-    for (const auto& s : t.stages) devices.push_back(s.num_devices);
-    fmt::print("{:>5} {:>6} {:<26} {:<26} {:<11} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
-               t.num_stages(), runs(layers), runs(devices), t.schedule, t.microbatches,
+    for (const auto& s : t.stages) devices.push_back(s.num_devices), sharded += s.sharded();
+    fmt::print("{:>5} {:>6} {:<26} {:<26} {:>7} {:<11} {:>4} {:>12.2f} {:>9.2f}\n", t.num_nodes,
+               t.num_stages(), runs(layers), runs(devices), sharded, t.schedule, t.microbatches,
                t.iteration_ms(t.microbatches), t.peak_memory_bytes / 1e9);
+  }
+}
+
+// Per stage of each template the plan uses: devices, sharded or not, times and memory.
+void print_plan_stages(const plan::Plan& p) {
+  std::vector<const plan::Template*> shown;
+  for (const auto& pl : p.pipelines) {
+    const plan::Template& t = pl.tmpl;
+    bool seen = false;
+    for (const auto* s : shown)
+      seen = seen || (s->num_nodes == t.num_nodes && plan::to_json(*s) == plan::to_json(t));
+    if (seen) continue;
+    shown.push_back(&t);
+    fmt::print(
+        "\nStages of the {}-node template ({}, m = {}; times per microbatch and device; memory = "
+        "peak per device)\n",
+        t.num_nodes, t.schedule, t.microbatches);
+    fmt::print("{:>5} {:>4} {:<8} {:>7} {:<12} {:>11} {:>9} {:>9} {:>8}\n", "stage", "node",
+               "devices", "sharded", "layers", "compute ms", "shard ms", "send ms", "mem GB");
+    for (int k = 0; k < t.num_stages(); ++k) {
+      const auto& st = t.stages[k];
+      std::vector<std::string> ranges;
+      for (const auto& [first, end] : t.layers_of_stage(k))
+        ranges.push_back(end - first == 1 ? fmt::format("{}", first)
+                                          : fmt::format("{}-{}", first, end - 1));
+      std::string layers = fmt::format("{}", fmt::join(ranges, ","));
+      if (layers.size() > 12) layers = layers.substr(0, 9) + "...";
+      const std::string devices =
+          st.num_devices == 1
+              ? fmt::format("{}", st.first_device)
+              : fmt::format("{}-{}", st.first_device, st.first_device + st.num_devices - 1);
+      fmt::print("{:>5} {:>4} {:<8} {:>7} {:<12} {:>11.2f} {:>9.2f} {:>9.2f} {:>8.2f}\n", k,
+                 st.node, devices, st.sharded() ? "yes" : "no", layers,
+                 st.forward_ms + st.backward_ms, st.shard_comm_ms, st.comm_ms,
+                 st.memory_bytes / 1e9);
+    }
   }
 }
 
@@ -127,6 +165,8 @@ void check_args(const PlanArgs& a, const CLI::App& cmd) {
   require_count(a.fault_tolerance, 0, plan::kMaxNodes, "--fault-tolerance");
   require_count(a.microbatches, 1, plan::kMaxPlanMicrobatches, "--microbatches");
   require_count(a.threads, 1, 256, "--threads");
+  if (cmd.count("--max-stage-devices"))
+    require_count(a.max_stage_devices, 1, plan::kMaxDevicesPerNode, "--max-stage-devices");
 }
 
 void run(const PlanArgs& a) {
@@ -141,7 +181,13 @@ void run(const PlanArgs& a) {
   if (a.cluster.empty() && a.nodes <= 0)
     throw ConfigError("give the cluster: --nodes N (and --devices-per-node), or --cluster C.json");
   plan::validate(cluster);
+  if (a.max_stage_devices > cluster.devices_per_node)
+    throw ConfigError(fmt::format(
+        "--max-stage-devices {} exceeds the {} devices of a node (a stage never spans nodes); "
+        "use at most {}",
+        a.max_stage_devices, cluster.devices_per_node, cluster.devices_per_node));
   plan::PlannerOptions opt;
+  opt.max_stage_devices = a.max_stage_devices;
   if (a.template_microbatches > 0) opt.template_microbatches = a.template_microbatches;
   opt.threads = a.threads;
   if (a.schedules != "closed-form") {
@@ -178,10 +224,16 @@ void run(const PlanArgs& a) {
              cluster.devices_per_node, cluster.device_memory_gb);
   print_templates(r.templates);
   print_plan(r.plan, "Plan");
+  print_plan_stages(r.plan);
   if (re) {
     print_plan(re->plan, fmt::format("After failure of nodes {}", a.fail));
+    // A device of a sharded stage needs only its 1/d slice of each layer.
     double bytes = 0;
-    for (const auto& c : re->copies) bytes += profile.layers[c.layer.value()].param_bytes;
+    for (const auto& c : re->copies) {
+      const auto at = re->plan.locate(c.to);
+      const int d = at ? re->plan.pipelines[at->pipeline].tmpl.stages[at->stage].num_devices : 1;
+      bytes += profile.layers[c.layer.value()].param_bytes / d;
+    }
     fmt::print("layer copies: {} (parameters {:.2f} GB, plus optimizer state)\n", re->copies.size(),
                bytes / 1e9);
   }
@@ -206,6 +258,10 @@ void add(CLI::App& app) {
   sub->add_option("--template-microbatches", args->template_microbatches,
                   "microbatches per pipeline the templates optimise for (default: automatic)");
   sub->add_option("--threads", args->threads, "threads for the template search");
+  sub->add_option("--max-stage-devices", args->max_stage_devices,
+                  "most devices of a node one stage may span, sharded across them (default: "
+                  "devices per node; 1 = no sharding; never more than the profile's microbatch "
+                  "size)");
   sub->add_option("--schedules", args->schedules,
                   "schedule kinds a template may use, chosen per node count by the simulator "
                   "(1f1b, interleaved, hanayo-w1, hanayo-w2), or closed-form for the closed-form "

@@ -7,9 +7,17 @@
 namespace bw::plan {
 
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, CostOptions options)
-    : num_layers_(profile.num_layers()), cluster_(cluster), options_(options) {
+    : num_layers_(profile.num_layers()),
+      microbatch_size_(profile.microbatch_size),
+      cluster_(cluster),
+      options_(options) {
   BW_CHECK(num_layers_ >= 1, "profile has {} layers", num_layers_);
   BW_CHECK(options_.microbatches >= 1, "microbatches {} < 1", options_.microbatches);
+  BW_CHECK(microbatch_size_ >= 1, "microbatch size {} < 1", microbatch_size_);
+  BW_CHECK(options_.max_stage_devices >= 0, "max stage devices {} < 0", options_.max_stage_devices);
+  max_stage_devices_ = std::min(cluster_.devices_per_node, microbatch_size_);
+  if (options_.max_stage_devices > 0)
+    max_stage_devices_ = std::min(max_stage_devices_, options_.max_stage_devices);
   fwd_.assign(num_layers_ + 1, 0);
   bwd_ = param_ = act_ = fwd_;
   for (int i = 0; i < num_layers_; ++i) {
@@ -20,6 +28,37 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, CostOptions
     act_[i + 1] = act_[i] + l.activation_bytes;
     output_bytes_.push_back(l.output_bytes);
   }
+  max_param_.emplace_back();
+  for (const auto& l : profile.layers) max_param_[0].push_back(l.param_bytes);
+  for (int k = 1; (1 << k) <= num_layers_; ++k) {
+    const auto& prev = max_param_[k - 1];
+    std::vector<double> row(num_layers_ - (1 << k) + 1);
+    for (size_t i = 0; i < row.size(); ++i)
+      row[i] = std::max(prev[i], prev[i + (static_cast<size_t>(1) << (k - 1))]);
+    max_param_.push_back(std::move(row));
+  }
+}
+
+double CostModel::max_layer_param_bytes(int first, int count) const {
+  int k = 0;
+  while ((2 << k) <= count) ++k;
+  return std::max(max_param_[k][first], max_param_[k][first + count - (1 << k)]);
+}
+
+double CostModel::sample_share(int devices) const {
+  if (devices <= 1) return 1.0;
+  const int per_device = (microbatch_size_ + devices - 1) / devices;
+  return static_cast<double>(per_device) / microbatch_size_;
+}
+
+double CostModel::shard_comm_ms(int first, int count, int devices) const {
+  if (devices <= 1) return 0;
+  // Ring all-gather of P bytes: (d - 1) steps of latency + (P / d) / bw; the all-reduce twice
+  // that. Summed over the stage's layers: 2 all-gathers + 1 all-reduce = 4 (d - 1) per layer.
+  const double bytes_ms = 8.0 / (cluster_.intra_node_gbps * 1e9) * 1e3;
+  const double steps =
+      count * cluster_.latency_us * 1e-3 + param_bytes(first, count) / devices * bytes_ms;
+  return 4.0 * (devices - 1) * steps;
 }
 
 double CostModel::forward_ms(int first, int count) const {
@@ -42,9 +81,17 @@ double CostModel::comm_ms(int last_layer, bool next_same_node) const {
   return 2 * cluster_.transfer_ms(output_bytes_[last_layer], next_same_node);
 }
 
+double CostModel::stage_state_bytes(int first, int count, int devices) const {
+  return options_.state_bytes_per_param_byte * param_bytes(first, count) / devices;
+}
+
+double CostModel::stage_transient_bytes(int first, int count, int devices) const {
+  return devices <= 1 ? 0 : 2 * max_layer_param_bytes(first, count);
+}
+
 double CostModel::stage_memory(int first, int count, int devices, int in_flight) const {
-  return options_.state_bytes_per_param_byte * param_bytes(first, count) +
-         static_cast<double>(in_flight) * activation_bytes(first, count) / devices;
+  return stage_state_bytes(first, count, devices) + stage_transient_bytes(first, count, devices) +
+         static_cast<double>(in_flight) * stage_activation_bytes(first, count, devices);
 }
 
 PipelineCost CostModel::evaluate(const std::vector<StageShape>& stages, int num_nodes) const {
@@ -71,9 +118,11 @@ PipelineCost CostModel::evaluate(const std::vector<StageShape>& stages, int num_
 
   PipelineCost c;
   const int m = options_.microbatches;
+  bool allowed = true;  // no stage wider than the runtime can run
   for (int s = 0; s < num_stages; ++s) {
     const auto& st = stages[s];
-    double t = stage_compute_ms(st.first_layer, st.num_layers, st.num_devices);
+    allowed = allowed && st.num_devices <= max_stage_devices_;
+    double t = stage_local_ms(st.first_layer, st.num_layers, st.num_devices);
     if (s + 1 < num_stages)
       t += comm_ms(st.first_layer + st.num_layers - 1, node[s + 1] == node[s]);
     double mem =
@@ -88,7 +137,7 @@ PipelineCost CostModel::evaluate(const std::vector<StageShape>& stages, int num_
     c.peak_memory_bytes = std::max(c.peak_memory_bytes, mem);
   }
   c.iteration_ms = c.sum_ms + (m - 1) * c.max_ms;
-  c.fits = c.peak_memory_bytes <= cluster_.device_memory_bytes();
+  c.fits = allowed && c.peak_memory_bytes <= cluster_.device_memory_bytes();
   return c;
 }
 

@@ -2,11 +2,17 @@
 // brute-force oracle. Documented in docs/planning.md.
 //
 // A pipeline on n nodes of g devices is a sequence of stages; stage s holds the contiguous layers
-// [first, first + count) and d_s devices of one node, data-parallel (each device runs 1/d_s of
-// every microbatch). Devices are laid out in stage order, so the stages of a pipeline fill its
-// n*g devices exactly, node after node; a stage never straddles two nodes.
+// [first, first + count) and d_s devices of one node. Devices are laid out in stage order, so the
+// stages of a pipeline fill its n*g devices exactly, node after node; a stage never straddles two
+// nodes. A stage on d >= 2 devices is sharded (FSDP FULL_SHARD, as the runtime runs it): each
+// device holds 1/d of the stage's parameters, gradients and AdamW moments, computes its share
+// ceil(b/d) of every microbatch's b samples (so d <= b), and per layer and microbatch all-gathers
+// the layer's parameters before forward and before backward and all-reduces its gradient after
+// backward over the intra-node link, not overlapped with compute. d = 1 is a plain stage.
 //
-//   t_s  = (F_s + B_s) / d_s + c_s            per-microbatch time of stage s
+//   t_s  = (F_s + B_s) * q_s + x_s + c_s      per-microbatch time of stage s, q_s = ceil(b/d)/b
+//   x_s  = 4 (d - 1) (count * latency + (P_s / d) / bw_intra)   collectives (0 for d = 1):
+//          per layer 2 ring all-gathers (d-1)(lat + (P_l/d)/bw) + 1 ring all-reduce, twice that
 //   c_s  = 2 * transfer(output bytes of s)    activation forward + gradient back (0 for the last)
 //   T(m) = sum_s t_s + (m - 1) * t_k*         k* = bottleneck (largest t_s)
 //
@@ -14,7 +20,8 @@
 // m - S + k* - 1 steady 1F1B pairs plus its own warm-up and cool-down, drain out of it); written
 // out, the k*-dependent parts of ramp and drain add up to the sum above (docs/planning.md).
 // Memory per device of stage s (1F1B keeps min(m, S - s) microbatches in flight at stage s):
-//   mem_s = state_factor * P_s + min(m, S - s) * A_s / d_s
+//   mem_s = state_factor * P_s / d + [d >= 2] 2 max_l P_l + min(m, S - s) * A_s * q_s
+// (the gathered parameters of one layer and its full gradient exist at once while it computes).
 #pragma once
 
 #include <optional>
@@ -38,6 +45,9 @@ struct CostOptions {
   // Per-device bytes of parameters, gradients and optimizer state per byte of parameters:
   // 4 = fp32 weights + fp32 grads + two fp32 AdamW moments.
   double state_bytes_per_param_byte = 4;
+  // Most devices one stage may span (1 = no sharding); 0 = the node's device count g. Stages
+  // never span more than g devices, nor more than the profile's microbatch size.
+  int max_stage_devices = 0;
 };
 
 struct PipelineCost {
@@ -48,7 +58,7 @@ struct PipelineCost {
   int bottleneck = 0;       // largest t_s (first such index)
   double iteration_ms = 0;  // T(m)
   double peak_memory_bytes = 0;
-  bool fits = false;  // every stage's memory <= the device memory
+  bool fits = false;  // every stage's memory <= the device memory and its width is allowed
 };
 
 // Prefix sums over a profile for O(1) stage costs.
@@ -58,6 +68,9 @@ class CostModel {
 
   int num_layers() const { return num_layers_; }
   int devices_per_node() const { return cluster_.devices_per_node; }
+  int microbatch_size() const { return microbatch_size_; }
+  // Widest stage allowed: min(g, max_stage_devices, microbatch size) (docs/planning.md).
+  int max_stage_devices() const { return max_stage_devices_; }
   const CostOptions& options() const { return options_; }
   const Cluster& cluster() const { return cluster_; }
 
@@ -66,25 +79,49 @@ class CostModel {
   double backward_ms(int first, int count) const;
   double param_bytes(int first, int count) const;
   double activation_bytes(int first, int count) const;
+  double max_layer_param_bytes(int first, int count) const;  // largest P_l, O(1)
   double output_bytes(int last_layer) const { return output_bytes_[last_layer]; }
+  // Samples of a microbatch the busiest of d devices computes, over the microbatch size:
+  // ceil(b / d) / b (1 for d = 1).
+  double sample_share(int devices) const;
   // c_s for a stage ending at `last_layer` whose successor is (not) on the same node.
   double comm_ms(int last_layer, bool next_same_node) const;
-  // t_s without the communication term.
+  // A device's share of the stage's forward + backward compute per microbatch.
   double stage_compute_ms(int first, int count, int devices) const {
-    return compute_ms(first, count) / devices;
+    return compute_ms(first, count) * sample_share(devices);
   }
+  // Per microbatch: the parameter all-gathers (forward, backward) and gradient all-reduces of a
+  // sharded stage's layers (0 for one device).
+  double shard_comm_ms(int first, int count, int devices) const;
+  // t_s without the boundary transfer: compute share + shard collectives.
+  double stage_local_ms(int first, int count, int devices) const {
+    return stage_compute_ms(first, count, devices) + shard_comm_ms(first, count, devices);
+  }
+  // mem_s per device with `in_flight` microbatches' activations kept.
   double stage_memory(int first, int count, int devices, int in_flight) const;
+  // The parts of mem_s: state (parameters, gradients, optimizer) per device, the transient
+  // gathered layer + its gradient, and activations per in-flight microbatch per device.
+  double stage_state_bytes(int first, int count, int devices) const;
+  double stage_transient_bytes(int first, int count, int devices) const;
+  double stage_activation_bytes(int first, int count, int devices) const {
+    return activation_bytes(first, count) * sample_share(devices);
+  }
 
   // Evaluates a full pipeline from scratch (the oracle's path): checks the shape covers every
-  // layer and fills num_nodes * g devices without straddling a node.
+  // layer and fills num_nodes * g devices without straddling a node. A stage wider than
+  // max_stage_devices() is costed but makes the pipeline not fit (the runtime cannot run it).
   PipelineCost evaluate(const std::vector<StageShape>& stages, int num_nodes) const;
 
  private:
   int num_layers_;
+  int microbatch_size_;
+  int max_stage_devices_;
   Cluster cluster_;
   CostOptions options_;
   std::vector<double> fwd_, bwd_, param_, act_;  // prefix sums, size L + 1
   std::vector<double> output_bytes_;
+  // Sparse table of layer parameter bytes: max_param_[k][i] = max of P_l over [i, i + 2^k).
+  std::vector<std::vector<double>> max_param_;
 };
 
 }  // namespace bw::plan

@@ -1,9 +1,9 @@
 // JSON form of templates and plans (plan.h).
 #include <fmt/format.h>
 
-#include "plan/plan.h"
-
 #include <limits>
+
+#include "plan/plan.h"
 
 namespace bw::plan {
 namespace {
@@ -45,8 +45,10 @@ json::Json to_json(const Template& t) {
                            {"node", s.node},
                            {"first_device", s.first_device},
                            {"num_devices", s.num_devices},
+                           {"sharded", s.sharded()},
                            {"forward_ms", s.forward_ms},
                            {"backward_ms", s.backward_ms},
+                           {"shard_comm_ms", s.shard_comm_ms},
                            {"comm_ms", s.comm_ms},
                            {"stage_ms", s.stage_ms},
                            {"param_bytes", s.param_bytes},
@@ -85,6 +87,7 @@ Template template_from_json(const json::Json& j) {
     s.num_devices = get_int(sj, "num_devices", sw);
     s.forward_ms = json::get_number(sj, "forward_ms", sw);
     s.backward_ms = json::get_number(sj, "backward_ms", sw);
+    s.shard_comm_ms = json::get_number(sj, "shard_comm_ms", sw);
     s.comm_ms = json::get_number(sj, "comm_ms", sw);
     s.stage_ms = json::get_number(sj, "stage_ms", sw);
     s.param_bytes = json::get_number(sj, "param_bytes", sw);

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "core/check.h"
@@ -18,6 +20,7 @@ TemplateOptions template_options(const PlannerOptions& o, int m, const Profile& 
   TemplateOptions t;
   t.cost.microbatches = m;
   t.cost.state_bytes_per_param_byte = o.state_bytes_per_param_byte;
+  t.cost.max_stage_devices = o.max_stage_devices;
   t.threads = o.threads;
   t.schedule_kinds = o.schedule_kinds;
   t.evaluator = o.evaluator;
@@ -28,7 +31,62 @@ TemplateOptions template_options(const PlannerOptions& o, int m, const Profile& 
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Explains why nothing fits on `cluster`, with the node count that would.
+// Why stages cannot be as wide as the node, or "" when they can.
+std::string width_note(const CostModel& model, const Cluster& cluster, const TemplateOptions& opt) {
+  const int g = cluster.devices_per_node, b = model.microbatch_size();
+  if (model.max_stage_devices() >= g) return "";
+  if (opt.cost.max_stage_devices > 0 && opt.cost.max_stage_devices <= b)
+    return fmt::format(" Stages span at most {} of the {} devices of a node (--max-stage-devices).",
+                       model.max_stage_devices(), g);
+  return fmt::format(
+      " A sharded stage splits every microbatch's samples over its devices, so it spans at most "
+      "microbatch size = {} devices; {}a profile with larger microbatches (e.g. `breakwater "
+      "profile synth --microbatch-size {}`) lets stages span up to {} devices.",
+      b, b == 1 ? "with 1 no stage is sharded: " : "", g, g);
+}
+
+// fewest[i]: the fewest stages that hold layers [i, L) within memory with any number of nodes and
+// ignoring how stages pack into nodes (so kInfStages proves that no pipeline holds them). Stage s
+// of S keeps min(m, S - s) microbatches in flight, so fewer stages behind a stage never hurt it:
+// prepending to the suffix with the fewest stages is always best.
+constexpr int kInfStages = std::numeric_limits<int>::max();
+std::vector<int> fewest_stages(const CostModel& model, double mem_limit) {
+  const int L = model.num_layers(), m = model.options().microbatches;
+  std::vector<int> fewest(L + 1, kInfStages);
+  fewest[L] = 0;
+  for (int i = L - 1; i >= 0; --i)
+    for (int d = 1; d <= model.max_stage_devices(); ++d)
+      for (int e = i + 1; e <= L; ++e) {
+        const int count = e - i;
+        if (model.stage_memory(i, count, d, 1) > mem_limit) break;  // grows with e
+        if (fewest[e] == kInfStages) continue;
+        if (model.stage_memory(i, count, d, std::min(m, fewest[e] + 1)) <= mem_limit)
+          fewest[i] = std::min(fewest[i], fewest[e] + 1);
+      }
+  return fewest;
+}
+
+// The memory terms of layer `l` alone on d devices with `in_flight` microbatches, on the width
+// where it needs least.
+std::string layer_terms(const Profile& profile, const CostModel& model, int l, int in_flight) {
+  int best_d = 1;
+  for (int d = 2; d <= model.max_stage_devices(); ++d)
+    if (model.stage_memory(l, 1, d, in_flight) < model.stage_memory(l, 1, best_d, in_flight))
+      best_d = d;
+  const auto gb = [](double bytes) { return bytes / 1e9; };
+  const int b = model.microbatch_size();
+  return fmt::format(
+      "layer '{}' alone on {} device(s) with {} microbatch(es) in flight needs {:.2f} GB per "
+      "device: parameters, gradients and AdamW state {:.2f} GB, gathered layer and gradient "
+      "{:.2f} GB, activations {:.2f} GB per microbatch in flight ({} of the microbatch's {} "
+      "samples)",
+      profile.layers[l].name, best_d, in_flight, gb(model.stage_memory(l, 1, best_d, in_flight)),
+      gb(model.stage_state_bytes(l, 1, best_d)), gb(model.stage_transient_bytes(l, 1, best_d)),
+      gb(model.stage_activation_bytes(l, 1, best_d)), (b + best_d - 1) / best_d, b);
+}
+
+// Explains why nothing fits on `cluster`, with the node count that would or the memory term that
+// does not fit.
 [[noreturn]] void does_not_fit(const Profile& profile, const Cluster& cluster,
                                const TemplateOptions& opt) {
   Cluster bigger = cluster;
@@ -38,17 +96,43 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
   o.min_nodes = cluster.num_nodes + 1;
   TemplateSet more =
       bigger.num_nodes > cluster.num_nodes ? generate_templates(profile, bigger, o) : TemplateSet{};
+  const CostModel model(profile, cluster, opt.cost);
+  const std::string note = width_note(model, cluster, opt);
   if (auto n0 = more.min_nodes()) {
     throw ConfigError(fmt::format(
         "model '{}' does not fit on {} nodes x {} devices of {} GB: its smallest pipeline needs "
-        "{} nodes; use --nodes {} or more, or raise --memory-gb",
+        "{} nodes; use --nodes {} or more, or raise --memory-gb.{}",
         profile.model, cluster.num_nodes, cluster.devices_per_node, cluster.device_memory_gb, *n0,
-        *n0));
+        *n0, note));
+  }
+  const double mem = cluster.device_memory_bytes();
+  const std::vector<int> fewest = fewest_stages(model, mem);
+  const int L = model.num_layers();
+  int first = L;  // the longest suffix [first, L) that fits in some pipeline
+  while (first > 0 && fewest[first - 1] != kInfStages) --first;
+  if (first == L) {  // the last layer does not fit alone with one microbatch in flight
+    throw ConfigError(fmt::format(
+        "model '{}' does not fit on devices of {} GB with any number of nodes: {}; raise "
+        "--memory-gb or use a smaller microbatch.{}",
+        profile.model, cluster.device_memory_gb, layer_terms(profile, model, L - 1, 1), note));
+  }
+  if (first > 0) {
+    const int in_flight = std::min(model.options().microbatches, fewest[first] + 1);
+    throw ConfigError(fmt::format(
+        "model '{}' does not fit on devices of {} GB with any number of nodes: the activations "
+        "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S; even "
+        "ignoring how stages fill nodes, only the last {} of the {} layers fit in a pipeline (on "
+        "{} stages), and no stage holding layer {} fits in front of them: {}; raise --memory-gb "
+        "or use a profile with less activation memory per sample.{}",
+        profile.model, cluster.device_memory_gb, L - first, L, fewest[first], first - 1,
+        layer_terms(profile, model, first - 1, in_flight), note));
   }
   throw ConfigError(fmt::format(
-      "model '{}' does not fit on devices of {} GB even with one layer per node of {} devices; "
-      "raise --memory-gb, use more devices per node, or a smaller microbatch",
-      profile.model, cluster.device_memory_gb, cluster.devices_per_node));
+      "model '{}' does not fit on {} nodes x {} devices of {} GB: {} stages would hold it, but "
+      "not packed into whole nodes of {} devices; use more nodes, raise --memory-gb or change "
+      "--max-stage-devices.{}",
+      profile.model, cluster.num_nodes, cluster.devices_per_node, cluster.device_memory_gb,
+      fewest[0], cluster.devices_per_node, note));
 }
 
 // Whether schedule::generate accepts `kind` for template `t` with m microbatches.
@@ -105,8 +189,8 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
   if (fault_tolerance < 0)
     throw ConfigError(fmt::format("fault tolerance must be >= 0, got {}", fault_tolerance));
   if (microbatches < 1 || microbatches > kMaxPlanMicrobatches)
-    throw ConfigError(fmt::format("microbatches must be in [1, {}], got {}", kMaxPlanMicrobatches,
-                                  microbatches));
+    throw ConfigError(
+        fmt::format("microbatches must be in [1, {}], got {}", kMaxPlanMicrobatches, microbatches));
   if (options.template_microbatches && *options.template_microbatches < 1)
     throw ConfigError(
         fmt::format("template microbatches must be >= 1, got {}", *options.template_microbatches));

@@ -19,6 +19,7 @@ inline constexpr int kMaxPlanMicrobatches = 1 << 20;
 struct PlannerOptions {
   std::optional<int> template_microbatches;  // m; default as above
   double state_bytes_per_param_byte = 4;
+  int max_stage_devices = 0;  // widest stage (1 = no sharding); 0 = devices per node
   int threads = 1;
   std::vector<std::string> schedule_kinds;  // extra kinds for schedule-aware templates
   ScheduleEvaluator evaluator;
@@ -29,9 +30,10 @@ struct PlanResult {
   Plan plan;
 };
 
-// Throws ConfigError with the numbers and the fix when the model does not fit on the cluster,
-// the fault tolerance is too high for it (see instantiate.h), or the microbatches are too few or
-// more than kMaxPlanMicrobatches.
+// Throws ConfigError with the numbers and the fix when the model does not fit on the cluster
+// (naming the memory term that does not fit, and the microbatch size when it keeps stages from
+// being sharded), the fault tolerance is too high for it (see instantiate.h), or the
+// microbatches are too few or more than kMaxPlanMicrobatches.
 PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_tolerance,
                      int microbatches, const PlannerOptions& options = {});
 

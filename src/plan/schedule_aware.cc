@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 
+#include "core/check.h"
+#include "plan/cost_model.h"
 #include "schedule/generate.h"
 #include "sim/predict.h"
 
@@ -43,8 +46,10 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches) {
 
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
                                       double state_bytes_per_param_byte) {
-  return [profile, cluster, state_bytes_per_param_byte](
+  auto shared_model = std::make_shared<const CostModel>(profile, cluster, CostOptions{});
+  return [profile, cluster, state_bytes_per_param_byte, shared_model](
              const Template& t, const std::string& kind) -> std::optional<ScheduleEstimate> {
+    const CostModel& model = *shared_model;
     const int stages = t.num_stages();
     schedule::ScheduleSpec spec = spec_of(kind, stages, t.microbatches);
     const bool own_partition = kind == "1f1b";
@@ -52,22 +57,28 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
       for (const auto& s : t.stages)
         if (s.num_devices != t.stages.front().num_devices) return std::nullopt;
     }
-    // Per-layer costs on one of the stage's devices.
+    // Per-layer costs on one of the stage's devices (cost_model.h): its share of the compute and
+    // activations, the shard collectives added to the layer's forward (one all-gather) and
+    // backward (one all-gather + the gradient all-reduce), not overlapped, and 1/d of the layer's
+    // parameters (the gathered copy is added to the memory below).
     std::vector<sim::LayerCost> layers;
     for (const auto& s : t.stages) {
+      if (s.num_devices > model.max_stage_devices()) return std::nullopt;  // cannot run
       for (int l = s.first_layer; l < s.end_layer(); ++l) {
         const LayerProfile& lp = profile.layers[l];
-        const double d = s.num_devices;
+        const int d = s.num_devices;
+        const double share = model.sample_share(d);
+        const double gather_ms = model.shard_comm_ms(l, 1, d) / 4;  // one all-gather
         sim::LayerCost c;
-        c.forward_ms = lp.forward_ms / d;
-        c.backward_ms = lp.backward_ms / d;
+        c.forward_ms = lp.forward_ms * share + gather_ms;
+        c.backward_ms = lp.backward_ms * share + 3 * gather_ms;
         if (lp.backward_input_ms) {
-          c.backward_input_ms = *lp.backward_input_ms / d;
-          c.backward_weight_ms = *lp.backward_weight_ms / d;
+          c.backward_input_ms = *lp.backward_input_ms * share + gather_ms;
+          c.backward_weight_ms = *lp.backward_weight_ms * share + 2 * gather_ms;
         }
-        c.activation_bytes = lp.activation_bytes / d;
+        c.activation_bytes = lp.activation_bytes * share;
         c.output_bytes = lp.output_bytes;
-        c.param_bytes = lp.param_bytes;
+        c.param_bytes = lp.param_bytes / d;
         layers.push_back(c);
       }
     }
@@ -108,12 +119,29 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
       std::sort(e.chunks.begin(), e.chunks.end(),
                 [](const Chunk& x, const Chunk& y) { return x.first_layer < y.first_layer; });
     }
-    for (size_t d = 0; d < a->peak_activation_bytes.size(); ++d)
-      e.stage_memory_bytes.push_back(a->peak_activation_bytes[d] +
-                                     state_bytes_per_param_byte * a->param_bytes[d]);
+    // A sharded stage also holds one gathered layer and its full gradient at a time: twice the
+    // largest layer among all chunks its devices hold.
+    std::vector<double> transient(stages, 0);
+    auto add_transient = [&](int stage, int first, int end) {
+      if (t.stages[stage].num_devices < 2) return;
+      transient[stage] =
+          std::max(transient[stage], 2 * model.max_layer_param_bytes(first, end - first));
+    };
+    if (e.chunks.empty()) {
+      for (int k = 0; k < stages; ++k)
+        add_transient(k, t.stages[k].first_layer, t.stages[k].end_layer());
+    } else {
+      for (const auto& c : e.chunks) add_transient(c.stage, c.first_layer, c.end_layer());
+    }
+    BW_CHECK(static_cast<int>(a->peak_activation_bytes.size()) == stages,
+             "simulated {} devices for {} stages", a->peak_activation_bytes.size(), stages);
+    for (int k = 0; k < stages; ++k) {
+      e.stage_memory_bytes.push_back(a->peak_activation_bytes[k] +
+                                     state_bytes_per_param_byte * a->param_bytes[k] + transient[k]);
+      e.peak_memory_bytes = std::max(e.peak_memory_bytes, e.stage_memory_bytes.back());
+    }
     e.per_microbatch_ms = (b->iteration_ms - a->iteration_ms) / m;
     e.fixed_ms = a->iteration_ms - e.per_microbatch_ms * m;
-    e.peak_memory_bytes = a->peak_memory_bytes(state_bytes_per_param_byte);
     return e;
   };
 }

@@ -1,9 +1,11 @@
 // Schedule-aware templates: predicts a template's iteration time and peak memory under a
 // schedule kind with the timeline simulator (bw::sim), for TemplateOptions::evaluator.
 //
-// The template's stages become the schedule's devices (a stage's d data-parallel devices act as
-// one, each running 1/d of every microbatch, so per-layer times and activations are divided by d
-// and parameters are not). Kinds:
+// The template's stages become the schedule's devices: a stage's d devices act as one, sharded
+// as in cost_model.h (each computes ceil(b/d) of every microbatch's b samples and keeps that
+// share of the activations and 1/d of the parameter state; every layer of every chunk it holds
+// adds its all-gathers to forward and backward and its gradient all-reduce to backward, and
+// memory adds twice the largest layer it holds). Kinds:
 //   "1f1b"        the template's own partition, one stage per device;
 //   "interleaved" Megatron interleaved 1F1B, v = 2 chunks per device;
 //   "hanayo-w1", "hanayo-w2"  Hanayo waves with W = 1, 2 (Hanayo, SC'23).

@@ -43,12 +43,16 @@ void prune(std::vector<Label>& cand, std::vector<Label>& out) {
   }
 }
 
-// Iteration time of one feasible pipeline on n nodes: one stage of g devices per node, layers
-// split so the largest stage compute is minimal (bisection + greedy), then extra splits to make
-// exactly n stages. +inf when it does not fit or n > L.
-double balanced_bound(const CostModel& model, int n) {
+// Iteration time of one feasible pipeline on n nodes: each node split into stages of w devices
+// (g / w of them, and one of the remainder), layers split so the largest stage compute is minimal
+// (bisection + greedy), then extra splits to make exactly that many stages. +inf when it does not
+// fit or there are too few layers.
+double balanced_bound(const CostModel& model, int n, int w) {
   const int L = model.num_layers(), g = model.devices_per_node();
-  if (n > L) return std::numeric_limits<double>::infinity();
+  std::vector<int> node_widths(g / w, w);
+  if (g % w != 0) node_widths.push_back(g % w);
+  const int num_stages = n * static_cast<int>(node_widths.size());
+  if (num_stages > L) return std::numeric_limits<double>::infinity();
   auto greedy = [&](double cap, std::vector<int>& starts) {
     starts.assign(1, 0);
     int first = 0;
@@ -64,15 +68,15 @@ double balanced_bound(const CostModel& model, int n) {
   std::vector<int> starts;
   for (int it = 0; it < 60; ++it) {
     const double mid = (lo + hi) / 2;
-    if (greedy(mid, starts) <= n) {
+    if (greedy(mid, starts) <= num_stages) {
       hi = mid;
     } else {
       lo = mid;
     }
   }
   greedy(hi, starts);
-  // Split the longest stages until there are exactly n.
-  while (static_cast<int>(starts.size()) < n) {
+  // Split the longest stages until there are exactly num_stages.
+  while (static_cast<int>(starts.size()) < num_stages) {
     int best = -1, best_len = 1;
     for (size_t k = 0; k < starts.size(); ++k) {
       const int end = k + 1 < starts.size() ? starts[k + 1] : L;
@@ -81,11 +85,11 @@ double balanced_bound(const CostModel& model, int n) {
     if (best < 0) return std::numeric_limits<double>::infinity();
     starts.insert(starts.begin() + best + 1, starts[best] + best_len / 2);
   }
-  if (static_cast<int>(starts.size()) > n) return std::numeric_limits<double>::infinity();
+  if (static_cast<int>(starts.size()) > num_stages) return std::numeric_limits<double>::infinity();
   std::vector<StageShape> shape;
   for (size_t k = 0; k < starts.size(); ++k) {
     const int end = k + 1 < starts.size() ? starts[k + 1] : L;
-    shape.push_back({starts[k], end - starts[k], g});
+    shape.push_back({starts[k], end - starts[k], node_widths[k % node_widths.size()]});
   }
   PipelineCost c = model.evaluate(shape, n);
   return c.fits ? c.iteration_ms : std::numeric_limits<double>::infinity();
@@ -143,11 +147,13 @@ Template make_template(const CostModel& model, const std::vector<StageShape>& sh
     st.node = offset / g;
     st.first_device = offset % g;
     st.num_devices = sh.num_devices;
-    st.forward_ms = model.forward_ms(sh.first_layer, sh.num_layers) / sh.num_devices;
-    st.backward_ms = model.backward_ms(sh.first_layer, sh.num_layers) / sh.num_devices;
+    const double share = model.sample_share(sh.num_devices);
+    st.forward_ms = model.forward_ms(sh.first_layer, sh.num_layers) * share;
+    st.backward_ms = model.backward_ms(sh.first_layer, sh.num_layers) * share;
+    st.shard_comm_ms = model.shard_comm_ms(sh.first_layer, sh.num_layers, sh.num_devices);
     st.stage_ms = cost.stage_ms[s];
     st.comm_ms =
-        cost.stage_ms[s] - model.stage_compute_ms(sh.first_layer, sh.num_layers, sh.num_devices);
+        cost.stage_ms[s] - model.stage_local_ms(sh.first_layer, sh.num_layers, sh.num_devices);
     st.param_bytes = model.param_bytes(sh.first_layer, sh.num_layers);
     st.memory_bytes = cost.stage_memory[s];
     t.stages.push_back(st);
@@ -197,24 +203,28 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   const int top_nodes = std::min(max_nodes, L);
   const int U = top_nodes * g;
   const double mem_limit = cluster.device_memory_bytes();
-  const double state = options.cost.state_bytes_per_param_byte;
+  const int w_max = model.max_stage_devices();  // widest stage: min(g, --max-stage-devices, b)
+  // Per-device memory of a stage [i, i + count) on d devices is fixed(i, count, d) +
+  // in_flight * act(i, count, d) (cost_model.h); both parts are non-decreasing in count.
+  auto fixed_bytes = [&](int i, int count, int d) {
+    return model.stage_state_bytes(i, count, d) + model.stage_transient_bytes(i, count, d);
+  };
 
   // Stage counts in labels only matter through memory checks "in flight <= K" of stage shapes
-  // whose tolerance K = floor((M - state * P) / A) is below min(m, L) (others always fit once
+  // whose tolerance K = floor((M - fixed) / act) is below min(m, L) (others always fit once
   // they fit with one microbatch). Counts >= the largest such K fail all of those checks alike,
   // so they are merged into one (stage_cap); with no memory pressure the count drops out.
   int stage_cap = 0;
   for (int i = 0; i < L; ++i)
-    for (int count = 1; i + count <= L; ++count) {
-      const double fixed = state * model.param_bytes(i, count);
-      if (fixed > mem_limit) break;
-      for (int d = 1; d <= g; ++d) {
-        const double act = model.activation_bytes(i, count) / d;
+    for (int d = 1; d <= w_max; ++d)
+      for (int count = 1; i + count <= L; ++count) {
+        const double fixed = fixed_bytes(i, count, d);
+        if (fixed > mem_limit) break;  // grows with count
+        const double act = model.stage_activation_bytes(i, count, d);
         if (act <= 0) continue;
         const double k = std::floor((mem_limit - fixed) / act);
         if (k >= 1 && k < std::min(m, L)) stage_cap = std::max(stage_cap, static_cast<int>(k));
       }
-    }
 
   // labels[i * (U + 1) + u]: Pareto set for layers [i, L) on the last u devices.
   std::vector<std::vector<Label>> labels(static_cast<size_t>(L + 1) * (U + 1));
@@ -226,16 +236,21 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
   // State (i, u) depends only on states with a larger first layer, so all u of one i are
   // independent: they are split over threads, and each state's result is the same whatever
   // thread computes it (deterministic output).
-  // Upper bounds on each root's optimum from a simple feasible pipeline (one stage of g devices
-  // per node, layers split to balance compute). A label at (i, u) can only end in roots
-  // n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a label above every
-  // such root's bound is never part of an optimum and is dropped (a small relative slack keeps
-  // rounding from dropping an optimum equal to its bound).
+  // Upper bounds on each root's optimum from simple feasible pipelines (every node split into
+  // stages of one width w, for each allowed w; layers split to balance compute). A label at (i, u)
+  // can only end in roots n >= ceil(u / g), and extending it never lowers (m - 1) max + sum, so a
+  // label above every such root's bound is never part of an optimum and is dropped (a small
+  // relative slack keeps rounding from dropping an optimum equal to its bound).
   std::vector<double> bound_from(top_nodes + 2, std::numeric_limits<double>::infinity());
   {
     double running = 0;
     for (int n = top_nodes; n >= 1; --n) {
-      if (n >= min_nodes) running = std::max(running, balanced_bound(model, n));
+      if (n >= min_nodes) {
+        // The best of the simple pipelines over every allowed stage width.
+        double best = std::numeric_limits<double>::infinity();
+        for (int w = 1; w <= w_max; ++w) best = std::min(best, balanced_bound(model, n, w));
+        running = std::max(running, best);
+      }
       bound_from[n] = running * (1 + 1e-9);
     }
   }
@@ -245,21 +260,23 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
     const double bound = bound_from[(u + g - 1) / g];
     // The first stage takes devices [u - d, u) counted from the end; it must not straddle
     // the node boundary below device u - 1.
-    const int d_max = (u - 1) % g + 1;
+    // It is at most w_max wide (wider stages cannot run).
+    const int d_max = std::min((u - 1) % g + 1, w_max);
     for (int d = 1; d <= d_max; ++d) {
       const int rest = u - d;
       const bool next_same_node = rest % g != 0;
       for (int e = i + 1; e <= L; ++e) {
         const int count = e - i;
-        const double fixed_mem = state * model.param_bytes(i, count);
-        const double act = model.activation_bytes(i, count) / d;
+        const double fixed_mem = fixed_bytes(i, count, d);
+        const double act = model.stage_activation_bytes(i, count, d);
         if (fixed_mem + act > mem_limit) break;  // grows with e
         if ((e == L) != (rest == 0)) continue;
         if (rest > (L - e) * g) continue;
         const auto& next = at(e, rest);
         if (next.empty()) continue;
-        const double compute = model.stage_compute_ms(i, count, d);
-        if (m * compute > bound) break;  // cost >= (m - 1) t + t, and compute grows with e
+        // Compute share + shard collectives; grows with e.
+        const double compute = model.stage_local_ms(i, count, d);
+        if (m * compute > bound) break;  // cost >= (m - 1) t + t
         double t = compute;
         if (e < L) t += model.comm_ms(e - 1, next_same_node);
         // `next` is sorted by max_ms. Labels with max_ms <= t all give bottleneck t, so among

@@ -25,24 +25,28 @@
 
 namespace bw::plan {
 
-// A stage: a group of devices on one node that run the same layers data-parallel (the schedule's
-// "device"). first_layer/num_layers are its layers in the 1F1B partition the search optimised;
-// the layers its devices actually hold under the template's schedule are the template's chunks
-// with this stage (the same single range for 1f1b; several ranges for interleaved and Hanayo).
+// A stage: a group of devices on one node that run the same layers (the schedule's "device"),
+// sharded when there are two or more (cost_model.h: each device holds 1/d of the layers' state
+// and computes ceil(b/d) of each microbatch's b samples). first_layer/num_layers are its layers
+// in the 1F1B partition the search optimised; the layers its devices actually hold under the
+// template's schedule are the template's chunks with this stage (the same single range for 1f1b;
+// several ranges for interleaved and Hanayo).
 struct Stage {
   int first_layer = 0;
   int num_layers = 0;
   int node = 0;          // node index within the pipeline, 0 .. num_nodes - 1
   int first_device = 0;  // first local device on that node
   int num_devices = 0;
-  double forward_ms = 0;  // per microbatch, compute only, already divided by num_devices
+  double forward_ms = 0;  // per microbatch, one device's share of the compute only
   double backward_ms = 0;
-  double comm_ms = 0;       // boundary transfer to the next stage, both directions
-  double stage_ms = 0;      // forward + backward + comm
-  double param_bytes = 0;   // of the stage's layers (each device holds all of them)
-  double memory_bytes = 0;  // peak per device under the template's schedule
+  double shard_comm_ms = 0;  // per microbatch: parameter all-gathers + gradient all-reduces
+  double comm_ms = 0;        // boundary transfer to the next stage, both directions
+  double stage_ms = 0;       // forward + backward + shard_comm + comm
+  double param_bytes = 0;    // of the stage's layers (its devices hold 1/num_devices each)
+  double memory_bytes = 0;   // peak per device under the template's schedule
 
   int end_layer() const { return first_layer + num_layers; }  // one past the last
+  bool sharded() const { return num_devices >= 2; }
 };
 
 // A contiguous range of layers run as one unit by one stage's devices (docs/design.md: chunk), in

@@ -124,6 +124,52 @@ TEST(Cli, ImpossibleFaultToleranceIsOneClearError) {
   EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
 }
 
+// Sharded stages: a profile of 8-sample microbatches lets stages span up to 8 devices; the JSON
+// shows per stage its width, whether it is sharded and its memory, within the device memory and
+// within --max-stage-devices. One device per stage does not fit this model in 40 GB.
+TEST(Cli, PlanShardsStagesUpToMaxStageDevices) {
+  const std::string profile = testing::TempDir() + "bw_cli_gpt3-6.7b-b8.json";
+  Result synth =
+      run("profile synth --model gpt3-6.7b --device a100 --microbatch-size 8 -o '" + profile + "'");
+  ASSERT_EQ(synth.status, 0) << synth.out;
+  const std::string plan = "plan --profile '" + profile +
+                           "' --nodes 16 --devices-per-node 8 --memory-gb 40 --fault-tolerance 2 "
+                           "--microbatches 128 --json";
+  for (int k : {8, 4}) {
+    Result r = run(plan + " --max-stage-devices " + std::to_string(k));
+    ASSERT_EQ(r.status, 0) << r.out;
+    nlohmann::json j = parse(r);
+    int sharded = 0;
+    for (const auto& p : j["plan"]["pipelines"])
+      for (const auto& st : p["template"]["stages"]) {
+        const int d = st["num_devices"].get<int>();
+        EXPECT_LE(d, k) << st.dump();
+        EXPECT_EQ(st["sharded"].get<bool>(), d >= 2) << st.dump();
+        EXPECT_LE(st["memory_bytes"].get<double>(), 40e9) << st.dump();
+        EXPECT_GE(st["shard_comm_ms"].get<double>(), 0.0) << st.dump();
+        sharded += d >= 2;
+      }
+    EXPECT_GT(sharded, 0) << "k = " << k;
+  }
+  Result one = run(plan + " --max-stage-devices 1");
+  EXPECT_EQ(one.status, 2) << one.out;
+  EXPECT_NE(one.out.find("--max-stage-devices"), std::string::npos) << one.out;
+  Result wide = run(plan + " --max-stage-devices 9");
+  EXPECT_EQ(wide.status, 2) << wide.out;
+  EXPECT_NE(wide.out.find("exceeds the 8 devices of a node"), std::string::npos) << wide.out;
+}
+
+// With one sample per microbatch no stage can be sharded; when nothing fits, the error says so
+// and names the option that changes it.
+TEST(Cli, PlanThatNeedsShardingNamesTheMicrobatchSize) {
+  Result r =
+      run("plan --profile examples/gpt3-6.7b-a100.json --nodes 16 --devices-per-node 8 "
+          "--memory-gb 20 --fault-tolerance 2 --microbatches 128");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("microbatch size = 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--microbatch-size"), std::string::npos) << r.out;
+}
+
 TEST(Cli, MalformedProfileNamesTheFile) {
   Result r =
       run("plan --profile no/such/profile.json --nodes 2 --devices-per-node 1 "

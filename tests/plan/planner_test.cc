@@ -56,5 +56,38 @@ TEST(Planner, NothingFitsSaysRaiseMemory) {
   EXPECT_NE(msg.find("--memory-gb"), std::string::npos) << msg;
 }
 
+// GPT-3 175B with 8-sample microbatches on 64 nodes x 8 x 80 GB: the activations kept in flight
+// do not fit however the model is cut. The error names how many of the last layers fit at best;
+// the exact template search on those layers alone agrees (they fit; one more layer does not).
+TEST(Planner, ActivationsInFlightNameTheLayersThatFit) {
+  Profile p = synthesize_profile(find_model("gpt3-175b"), find_device("a100"), 8);
+  Cluster c = small_cluster(64, 8, 80);
+  std::string msg = error_of([&] { make_plan(p, c, 2, 512); });
+  EXPECT_NE(msg.find("activations kept in flight"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("microbatch size ="), std::string::npos) << msg;  // b = 8 = g: not the width
+  const size_t at = msg.find("only the last ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const int fit = std::stoi(msg.substr(at + 14));
+  ASSERT_GT(fit, 0);
+  ASSERT_LT(fit, p.num_layers());
+  auto suffix_fits = [&](int layers) {
+    Profile tail = p;
+    tail.layers.erase(tail.layers.begin(), tail.layers.end() - layers);
+    TemplateOptions opt;
+    opt.cost.microbatches = (512 + 2) / 3;  // the planner's first pass: ceil(B / (f + 1))
+    return !generate_templates(tail, small_cluster(layers, 8, 80), opt).templates.empty();
+  };
+  EXPECT_TRUE(suffix_fits(fit)) << msg;
+  EXPECT_FALSE(suffix_fits(fit + 1)) << msg;
+}
+
+// With one sample per microbatch no stage is sharded, and the error says why and how to change it.
+TEST(Planner, MicrobatchOfOneSaysStagesCannotShard) {
+  Profile p = synthesize_profile(find_model("gpt3-175b"), find_device("a100"), 1);
+  std::string msg = error_of([&] { make_plan(p, small_cluster(64, 8, 80), 2, 512); });
+  EXPECT_NE(msg.find("microbatch size = 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--microbatch-size"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace bw::plan

@@ -22,7 +22,7 @@ struct Fixture {
 
 Fixture make(int nodes, int g, double mem, int f, int microbatches, unsigned seed) {
   Fixture s;
-  s.profile = random_profile(6, seed);
+  s.profile = random_profile(6, seed, false, 4);  // stages may shard over up to 4 devices
   s.cluster = small_cluster(nodes, g, mem);
   TemplateOptions opt;
   opt.cost.microbatches = 4;

@@ -17,7 +17,8 @@
 namespace bw::plan {
 namespace {
 
-// Exhaustive: the best feasible iteration time on exactly n nodes, or +inf.
+// Exhaustive: the best feasible iteration time on exactly n nodes, or +inf. Every width 1..g is
+// tried; CostModel::evaluate rejects stages wider than the runtime can run (d > b).
 double brute_force(const CostModel& model, int n) {
   const int L = model.num_layers(), g = model.devices_per_node();
   double best = std::numeric_limits<double>::infinity();
@@ -47,20 +48,27 @@ struct Case {
   double memory_gb;
   unsigned seed;
   bool heavy_comm;
+  int microbatch_size;  // b: stages may shard over at most b devices
 };
 
 struct Coverage {
   int feasible = 0, infeasible = 0, more_stages_than_nodes = 0;
+  int sharded = 0;            // the optimum has a sharded stage
+  int fits_only_sharded = 0;  // feasible, but not with one device per stage
+  int uneven_share = 0;       // the optimum has a stage with d not dividing b
 };
 
 // Returns "" or the first problem with one case.
 std::string check_case(const Case& c, Coverage& cov) {
-  Profile p = random_profile(c.layers, c.seed, c.heavy_comm);
+  Profile p = random_profile(c.layers, c.seed, c.heavy_comm, c.microbatch_size);
   Cluster cl = small_cluster(c.nodes, c.g, c.memory_gb);
   TemplateOptions opt;
   opt.cost.microbatches = c.m;
   TemplateSet set = generate_templates(p, cl, opt);
   CostModel model(p, cl, opt.cost);
+  CostOptions unsharded = opt.cost;
+  unsharded.max_stage_devices = 1;
+  CostModel plain(p, cl, unsharded);
   for (int n = 1; n <= c.nodes; ++n) {
     double want = brute_force(model, n);
     const Template* t = set.find(n);
@@ -72,6 +80,17 @@ std::string check_case(const Case& c, Coverage& cov) {
     ++cov.feasible;
     if (t == nullptr) return fmt::format("n={}: no template, brute force {}", n, want);
     if (t->num_stages() > n) ++cov.more_stages_than_nodes;
+    bool sharded = false, uneven = false;
+    for (const auto& s : t->stages) {
+      if (s.num_devices > c.microbatch_size)
+        return fmt::format("n={}: a stage on {} devices with microbatch size {}", n, s.num_devices,
+                           c.microbatch_size);
+      sharded = sharded || s.sharded();
+      uneven = uneven || c.microbatch_size % s.num_devices != 0;
+    }
+    cov.sharded += sharded;
+    cov.uneven_share += uneven;
+    if (c.g > 1 && std::isinf(brute_force(plain, n))) ++cov.fits_only_sharded;
     double got = t->iteration_ms(c.m);
     if (std::abs(got - want) > 1e-9 * want)
       return fmt::format("n={}: search {} brute force {}", n, got, want);
@@ -96,8 +115,11 @@ std::vector<Case> grid() {
           if (nodes * g > 10 && layers > 7) continue;  // keep the oracle fast
           // Memory from roomy to tight (some node counts and some instances infeasible).
           for (double mem : {100.0, 3.0, 2.0, 1.5, 1.2, 0.9})
-            for (bool heavy : {false, true})
-              cases.push_back({layers, nodes, g, m, mem, seed++, heavy});
+            for (bool heavy : {false, true}) {
+              // Microbatch sizes 1 (no sharding) to 4, some not divisible by the width.
+              const int b = static_cast<int>(seed % 4) + 1;
+              cases.push_back({layers, nodes, g, m, mem, seed++, heavy, b});
+            }
         }
   return cases;
 }
@@ -109,9 +131,9 @@ TEST(Templates, EqualBruteForceOnGrid) {
     std::string problem = check_case(c, cov);
     ++checked;
     if (!problem.empty() && failures++ < 5) {
-      ADD_FAILURE() << fmt::format("{} layers, {} nodes x {}, m={}, {} GB, seed {}{}: {}", c.layers,
-                                   c.nodes, c.g, c.m, c.memory_gb, c.seed,
-                                   c.heavy_comm ? " heavy comm" : "", problem);
+      ADD_FAILURE() << fmt::format("{} layers, {} nodes x {}, m={}, b={}, {} GB, seed {}{}: {}",
+                                   c.layers, c.nodes, c.g, c.m, c.microbatch_size, c.memory_gb,
+                                   c.seed, c.heavy_comm ? " heavy comm" : "", problem);
     }
   }
   EXPECT_EQ(failures, 0) << "of " << checked << " cases";
@@ -119,6 +141,13 @@ TEST(Templates, EqualBruteForceOnGrid) {
   EXPECT_GT(cov.feasible, 1000);
   EXPECT_GT(cov.infeasible, 1000);
   EXPECT_GT(cov.more_stages_than_nodes, 50);
+  // Sharded stages are chosen, some with an uneven split of the samples, and some node counts fit
+  // only because stages are sharded.
+  EXPECT_GT(cov.sharded, 200);
+  EXPECT_GT(cov.uneven_share, 20);
+  EXPECT_GT(cov.fits_only_sharded, 50);
+  fmt::print("{} feasible, {} infeasible, {} sharded, {} uneven, {} fit only sharded\n",
+             cov.feasible, cov.infeasible, cov.sharded, cov.uneven_share, cov.fits_only_sharded);
 }
 
 TEST(Templates, TenLayersFourNodesOfFour) {
@@ -184,7 +213,7 @@ namespace bw::plan {
 namespace {
 
 TEST(Templates, SameResultForAnyThreadCount) {
-  Profile p = random_profile(24, 77);
+  Profile p = random_profile(24, 77, false, 4);
   Cluster cl = small_cluster(8, 4, 4.0);
   TemplateOptions opt;
   opt.cost.microbatches = 16;

@@ -12,14 +12,15 @@ namespace bw::plan {
 // Layers with forward 1..5 ms, backward 1.5..3x forward, 0.1..0.5 GB activations and params,
 // 1..50 MB outputs: varied enough that stage boundaries matter.
 // With `heavy_comm`, outputs range up to 1 GB so that where a stage ends matters as much as how
-// much it computes.
-inline Profile random_profile(int layers, unsigned seed, bool heavy_comm = false) {
+// much it computes. The microbatch size b bounds how many devices a stage may shard over (d <= b).
+inline Profile random_profile(int layers, unsigned seed, bool heavy_comm = false,
+                              int microbatch_size = 1) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> f(1, 5), r(1.5, 3), gb(0.1, 0.5),
       mb(1, heavy_comm ? 1000 : 50);
   Profile p;
   p.model = "random";
-  p.microbatch_size = 1;
+  p.microbatch_size = microbatch_size;
   for (int i = 0; i < layers; ++i) {
     LayerProfile l;
     l.name = "layer" + std::to_string(i);
