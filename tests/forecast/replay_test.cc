@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -218,6 +219,63 @@ TEST(YoungInterval, MatchesTheFormulaAndMinimisesLossOnPoisson) {
   double best = 0;
   for (int k = 1; k <= 120; ++k) best = std::max(best, useful(k));
   EXPECT_GE(useful(young_checkpoint_steps(15.8e3, 600e3, 2000)), best - 0.02);
+}
+
+}  // namespace
+}  // namespace bw::forecast
+
+namespace bw::forecast {
+namespace {
+
+// Instance start-up of joins: replaying with join_boot_ms equals replaying, over the same window,
+// the trace with each later addition written that much later by hand.
+TEST(Replay, JoinBootEqualsTheTraceWithLaterAdditions) {
+  const auto given = nodes_then(3, "2500,remove,node1\n6000,add,node4\n9000,add,node5\n");
+  const auto by_hand = nodes_then(3, "2500,remove,node1\n7500,add,node4\n10500,add,node5\n");
+  for (const auto kind : {PolicyKind::kBreakwater, PolicyKind::kRestart, PolicyKind::kRedundant}) {
+    ConstantModel model(1000, 8, 3);
+    ReplayOptions o;
+    o.duration_ms = 20000;
+    const auto plain = replay(by_hand, kind, hand_costs(), model, o);
+    o.join_boot_ms = 1500;
+    const auto booted = replay(given, kind, hand_costs(), model, o);
+    EXPECT_DOUBLE_EQ(booted.time.useful_ms, plain.time.useful_ms) << to_string(kind);
+    EXPECT_DOUBLE_EQ(booted.time.stalled_ms, plain.time.stalled_ms) << to_string(kind);
+    EXPECT_DOUBLE_EQ(booted.samples, plain.samples) << to_string(kind);
+    EXPECT_EQ(booted.join_times_ms, plain.join_times_ms) << to_string(kind);
+    o.join_boot_ms = 0;
+    EXPECT_LT(replay(given, kind, hand_costs(), model, o).time.stalled_ms, plain.time.stalled_ms)
+        << to_string(kind) << ": without the boot, node4 ends the stall earlier";
+  }
+}
+
+TEST(Replay, NodeLeavingWhileBootingNeverJoins) {
+  // node9 is added at 3 s and removed at 4 s, inside its 2 s boot: as if it never existed.
+  const auto given = nodes_then(4, "3000,add,node9\n4000,remove,node9\n");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 10000;
+  o.join_boot_ms = 2000;
+  const auto r = replay(given, PolicyKind::kBreakwater, hand_costs(), model, o);
+  expect_breakdown(r, {.useful_ms = 10000});
+  EXPECT_EQ(r.joins, 0);
+  EXPECT_EQ(r.failures, 0);
+  // Removed after its boot, it joined and then failed.
+  o.join_boot_ms = 500;
+  const auto late = replay(given, PolicyKind::kBreakwater, hand_costs(), model, o);
+  EXPECT_EQ(late.joins, 1);
+  EXPECT_EQ(late.failures, 1);
+}
+
+TEST(Trace, DelayJoinsKeepsInitialMembershipAndRejectsBadDelays) {
+  const auto t = parse_trace("0,add,a\n0,add,b\n100,remove,a\n200,add,c\n250,add,a\n", "test");
+  const auto d = delay_joins(t, 100);
+  EXPECT_EQ(
+      format_trace(d),
+      format_trace(parse_trace("0,add,a\n0,add,b\n100,remove,a\n300,add,c\n350,add,a\n", "test")));
+  EXPECT_EQ(format_trace(delay_joins(t, 0)), format_trace(t));
+  EXPECT_THROW(delay_joins(t, -1), ConfigError);
+  EXPECT_THROW(delay_joins(t, std::nan("")), ConfigError);
 }
 
 }  // namespace
