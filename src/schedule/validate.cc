@@ -329,26 +329,30 @@ class Validator {
 
   // 3. Lowered schedules: every cross-device hand-off has its SEND after the producer and its RECV
   // before the consumer; local hand-offs have none.
+  // check_comm()'s failure for the SEND/RECV `kind` of (c, m) at position p (or kNone).
+  [[noreturn]] void report_comm(ActionKind kind, int c, int m, bool needed, int after, int before,
+                                const char* what, int p) const {
+    const Action a{kind, c, m};
+    if (!needed) fail_at(fmt::format("{} is not needed: {}", to_string(a), what), {dev(c), p});
+    if (p == kNone) fail(fmt::format("{} is missing on device {}: {}", to_string(a), dev(c), what));
+    if (after != kNone && p < after)
+      fail_at(fmt::format("{} comes before the compute that produces its tensor ({})", to_string(a),
+                          to_string(s_.actions[dev(c)][after])),
+              {dev(c), p});
+    fail_at(fmt::format("{} comes after the compute that consumes its tensor ({})", to_string(a),
+                        to_string(s_.actions[dev(c)][before])),
+            {dev(c), p});
+  }
+
   void check_comm() {
     auto expect = [&](ActionKind kind, int c, int m, bool needed, int after, int before,
                       const char* what) {
       const int p = pos(kind, c, m);
-      const Action a{kind, c, m};
-      if (!needed) {
-        if (p != kNone)
-          fail_at(fmt::format("{} is not needed: {}", to_string(a), what), {dev(c), p});
+      // The common case in line: present where it belongs, or absent and not needed.
+      if (needed ? p != kNone && (after == kNone || p >= after) && (before == kNone || p <= before)
+                 : p == kNone)
         return;
-      }
-      if (p == kNone)
-        fail(fmt::format("{} is missing on device {}: {}", to_string(a), dev(c), what));
-      if (after != kNone && p < after)
-        fail_at(fmt::format("{} comes before the compute that produces its tensor ({})",
-                            to_string(a), to_string(s_.actions[dev(c)][after])),
-                {dev(c), p});
-      if (before != kNone && p > before)
-        fail_at(fmt::format("{} comes after the compute that consumes its tensor ({})",
-                            to_string(a), to_string(s_.actions[dev(c)][before])),
-                {dev(c), p});
+      report_comm(kind, c, m, needed, after, before, what, p);
     };
     for (int m = 0; m < M_; ++m) {
       for (int c = 0; c < C_; ++c) {
