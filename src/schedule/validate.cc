@@ -87,6 +87,11 @@ class Validator {
     }
     C_ = s_.num_chunks;
     M_ = s_.num_microbatches;
+    // The position index is filled in the same pass (index_actions() reports a duplicate after
+    // every shape check passed, as if it ran as a pass of its own).
+    std::array<int, kNumSlotKinds> none;
+    none.fill(kNone);
+    pos_.assign(static_cast<size_t>(C_) * M_, none);
     for (int d = 0; d < s_.num_devices; ++d) {
       const auto& list = s_.actions[d];
       for (int k = 0; k < static_cast<int>(list.size()); ++k) {
@@ -123,29 +128,24 @@ class Validator {
               fmt::format("device {} position {}: {} belongs to device {}, which holds chunk {}", d,
                           k, to_string(a), dev(a.chunk), a.chunk),
               {d, k});
+        int& slot = pos_[at(a.chunk, a.microbatch)][static_cast<int>(a.kind)];
+        if (slot == kNone) {
+          slot = k;
+        } else if (!duplicate_) {
+          duplicate_ = Duplicate{d, slot, k};
+        }
       }
     }
   }
 
-  // Position of every action in its device's list; duplicates are errors.
-  void index_actions() {
-    const size_t n = static_cast<size_t>(C_) * M_;
-    std::array<int, kNumSlotKinds> none;
-    none.fill(kNone);
-    pos_.assign(n, none);
-    for (int d = 0; d < s_.num_devices; ++d) {
-      const auto& list = s_.actions[d];
-      for (int k = 0; k < static_cast<int>(list.size()); ++k) {
-        const Action& a = list[k];
-        if (!has_slot(a.kind)) continue;
-        int& slot = pos_[at(a.chunk, a.microbatch)][static_cast<int>(a.kind)];
-        if (slot != kNone)
-          fail_at(fmt::format("device {}: {} appears twice (positions {} and {})", d, to_string(a),
-                              slot, k),
-                  {d, k});
-        slot = k;
-      }
-    }
+  // Position of every action in its device's list (filled by check_shape); duplicates are
+  // errors, the first one in list order reported.
+  void index_actions() const {
+    if (!duplicate_) return;
+    const auto [d, first, k] = *duplicate_;
+    fail_at(fmt::format("device {}: {} appears twice (positions {} and {})", d,
+                        to_string(s_.actions[d][k]), first, k),
+            {d, k});
   }
 
   int pos(ActionKind k, int c, int m) const { return pos_[at(c, m)][static_cast<int>(k)]; }
@@ -710,7 +710,12 @@ class Validator {
   ValidateOptions opt_;
   int C_ = 0, M_ = 0;
   bool lowered_ = false;
-  bool has_chunk_actions_ = false;  // any UNSHARD, RESHARD or REDUCE_GRAD (found by check_shape)
+  bool has_chunk_actions_ = false;
+  struct Duplicate {
+    int device, first, second;  // positions in the device's list
+  };
+  std::optional<Duplicate> duplicate_;  // the first action found twice (check_shape)  // any
+                                        // UNSHARD, RESHARD or REDUCE_GRAD (found by check_shape)
   // Per (chunk, microbatch), by ActionKind (one cache line for all kinds of a slot):
   std::vector<std::array<int, kNumSlotKinds>> pos_;  // position in its device's list, or kNone
   std::vector<std::array<int, kNumSlotKinds>>
