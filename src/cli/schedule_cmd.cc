@@ -65,8 +65,8 @@ std::vector<sim::LayerCost> read_profile(const std::string& path) {
       doc["layers"].empty())
     throw ConfigError(fmt::format("{}: expected an object with a non-empty 'layers' array", path));
   if (doc["layers"].size() > 4096)
-    throw ConfigError(fmt::format("{}: {} layers, more than the limit of 4096", path,
-                                  doc["layers"].size()));
+    throw ConfigError(
+        fmt::format("{}: {} layers, more than the limit of 4096", path, doc["layers"].size()));
   std::vector<sim::LayerCost> out;
   int i = 0;
   double total_ms = 0;
@@ -310,9 +310,11 @@ void run(const ScheduleArgs& a) {
     compute_only = schedule::generate(spec);
   }
   if (a.fsdp) compute_only = schedule::add_fsdp_actions(compute_only);
-  schedule::Schedule s = compute_only.is_lowered()
-                             ? compute_only
+  // Only a CSV can hold SEND/RECV already (generate() and add_fsdp_actions() add none).
+  schedule::Schedule s = !a.from_csv.empty() && compute_only.is_lowered()
+                             ? std::move(compute_only)
                              : schedule::lower(compute_only, {.recv_lookahead = a.recv_lookahead});
+  compute_only = {};  // its memory serves the validator's tables
   schedule::validate(s, {.semantics = semantics});
   // The per-action timeline costs more than the simulation itself at large sizes: keep it only
   // for the outputs that draw it.
@@ -400,8 +402,7 @@ void add(CLI::App& app) {
   cmd->add_option("--unshard-ms", args->unshard_ms,
                   "Time of one UNSHARD all-gather (in the background; the chunk's compute waits)")
       ->capture_default_str();
-  cmd->add_option("--reduce-grad-ms", args->reduce_grad_ms,
-                  "Time one REDUCE_GRAD holds its device")
+  cmd->add_option("--reduce-grad-ms", args->reduce_grad_ms, "Time one REDUCE_GRAD holds its device")
       ->capture_default_str();
   cmd->add_option("--overlap-f-b", args->overlap_f_b,
                   "Share of the shorter action an OVERLAP_F_B pair hides: 0 = the pair takes "

@@ -14,8 +14,8 @@
 #include "cli/checks.h"
 #include "cli/registry.h"
 #include "core/error.h"
-#include "forecast/artifact.h"
 #include "core/file_io.h"
+#include "forecast/artifact.h"
 #include "forecast/model.h"
 #include "forecast/planned.h"
 #include "forecast/policies.h"
@@ -56,9 +56,10 @@ struct SimulateArgs {
   bool json = false;
   std::string costs_preset;
   bool whole_step_loss = false;
-  std::string step_table;          // per-policy step time by node count (CSV)
-  double samples_per_step = NAN;   // for samples_per_s tables (default: the --costs model's)
-  double startup_ms = NAN;         // cold start (default: 0, or the --costs model's 45 s)
+  std::string step_table;         // per-policy step time by node count (CSV)
+  double samples_per_step = NAN;  // for samples_per_s tables (default: the --costs model's)
+  double startup_ms = NAN;        // cold start (default: 0, or the --costs model's 45 s)
+  double join_boot_ms = NAN;      // instance start-up of a join (default: 0, or 45 s likewise)
   bool no_failover_slowdown = false, no_checkpoint_after_restart = false;
   bool no_align_checkpoints = false;
   // Cost overrides (NaN: keep the default).
@@ -96,14 +97,15 @@ void check_args(const SimulateArgs& a) {
            {a.restart_ms, "--restart-ms"},
            {a.checkpoint_ms, "--checkpoint-ms"},
            {a.rebalance_ms, "--rebalance-ms"},
-           {a.redundant_restart_ms, "--redundant-restart-ms"}}) {
+           {a.redundant_restart_ms, "--redundant-restart-ms"},
+           {a.startup_ms, "--startup-ms"},
+           {a.join_boot_ms, "--join-boot-ms"}}) {
     if (!std::isnan(v)) require_non_negative(v, flag);
   }
   if (!std::isnan(a.inter_node_gbps)) require_positive(a.inter_node_gbps, "--inter-node-gbps");
   if (!std::isnan(a.useful_share)) {
     if (!(a.useful_share > 0 && a.useful_share <= 1))
-      throw ConfigError(
-          fmt::format("--useful-share must be in (0, 1], got {}", a.useful_share));
+      throw ConfigError(fmt::format("--useful-share must be in (0, 1], got {}", a.useful_share));
   }
 }
 
@@ -183,8 +185,9 @@ void run_simulate(const SimulateArgs& a) {
         fmt::format("unknown --throughput '{}'; choose planner or analytic", a.throughput));
   }
   if (!a.step_table.empty() && a.checkpoint_every == "auto") {
-    throw ConfigError("--checkpoint-every auto needs one step time; give a step count with "
-                      "--step-table");
+    throw ConfigError(
+        "--checkpoint-every auto needs one step time; give a step count with "
+        "--step-table");
   }
   if (!a.step_table.empty()) {
     // The table gives each policy its own model (below); this one only fills the report.
@@ -270,8 +273,11 @@ void run_simulate(const SimulateArgs& a) {
   options.duration_ms = duration_ms;
   options.whole_step_loss = a.whole_step_loss;
   options.startup_ms = !std::isnan(a.startup_ms) ? a.startup_ms
-                       : artifact                 ? artifact->startup_ms
-                                                  : 0.0;
+                       : artifact                ? artifact->startup_ms
+                                                 : 0.0;
+  options.join_boot_ms = !std::isnan(a.join_boot_ms) ? a.join_boot_ms
+                         : artifact                  ? artifact->startup_ms
+                                                     : 0.0;
   std::optional<StepTable> table;
   double table_samples = a.samples_per_step;
   if (!a.step_table.empty()) {
@@ -288,9 +294,10 @@ void run_simulate(const SimulateArgs& a) {
       // Each policy trains at its own measured step time for the node count.
       const auto rows = table->step_ms.find(kind);
       if (rows == table->step_ms.end()) {
-        throw ConfigError(fmt::format("{} has no rows for policy {}; add `{},nodes,...` rows or "
-                                      "leave it out of --policy",
-                                      a.step_table, name, name));
+        throw ConfigError(
+            fmt::format("{} has no rows for policy {}; add `{},nodes,...` rows or "
+                        "leave it out of --policy",
+                        a.step_table, name, name));
       }
       TableModel tm(rows->second, table_samples, 0, artifact ? artifact->min_nodes : 0);
       results.push_back(replay(trace, kind, costs, tm, options));
@@ -306,9 +313,9 @@ void run_simulate(const SimulateArgs& a) {
   if (!a.svg.empty()) {
     SvgOptions so;
     so.title = !a.step_table.empty() ? fmt::format("step table {}", a.step_table)
-               : a.step_ms > 0 ? fmt::format("constant step {:g} ms", a.step_ms)
-                             : fmt::format("{} on {} nodes x {} devices", a.model, a.nodes,
-                                           a.devices_per_node);
+               : a.step_ms > 0       ? fmt::format("constant step {:g} ms", a.step_ms)
+                                     : fmt::format("{} on {} nodes x {} devices", a.model, a.nodes,
+                                                   a.devices_per_node);
     io::write_file(a.svg, render_svg(results, so), "SVG");
   }
   if (a.json) {
@@ -378,6 +385,9 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--startup-ms", args->startup_ms,
                   "cold start: instances boot this long, then each system starts up (0: train "
                   "from the first event)");
+  cmd->add_option("--join-boot-ms", args->join_boot_ms,
+                  "instance start-up of a node the trace adds later: it joins this long after "
+                  "(default 0; the --costs oobleck-* models: 45 s, as the artifact)");
   cmd->add_flag("--no-failover-slowdown", args->no_failover_slowdown,
                 "redundant: lose the step in flight at a failover instead of finishing it slowed");
   cmd->add_flag("--no-checkpoint-after-restart", args->no_checkpoint_after_restart,

@@ -56,10 +56,10 @@ ArtifactModel artifact_model(const std::string& name) {
       // bertLarge_simulate_step_delta sets the restart cost by node count (the count the
       // cluster ran on before the change): 30+ nodes 71.3 s ... 16 nodes 75 s, 15 or fewer
       // 71.3 s.
-      c.restart.restart_ms_by_nodes = {
-          {15, 71.3e3}, {16, 75e3},    {17, 78.7e3},  {18, 82.4e3},  {19, 86.1e3},  {20, 89.8e3},
-          {21, 93.5e3}, {22, 97.2e3},  {23, 100.9e3}, {24, 104.6e3}, {25, 108.3e3}, {26, 112e3},
-          {27, 49.1e3}, {28, 67.6e3},  {29, 67.6e3},  {30, 71.3e3}};
+      c.restart.restart_ms_by_nodes = {{15, 71.3e3},  {16, 75e3},    {17, 78.7e3},  {18, 82.4e3},
+                                       {19, 86.1e3},  {20, 89.8e3},  {21, 93.5e3},  {22, 97.2e3},
+                                       {23, 100.9e3}, {24, 104.6e3}, {25, 108.3e3}, {26, 112e3},
+                                       {27, 49.1e3},  {28, 67.6e3},  {29, 67.6e3},  {30, 71.3e3}};
     }
     c.redundant.rebalance_ms = r.bamboo_rebalance_ms;
     c.redundant.restart_ms = 30e3;
@@ -80,7 +80,8 @@ Trace fixed_removal_trace(double period_ms, int from, int to) {
         period_ms, from, to));
   }
   Trace t;
-  for (int i = 1; i <= from; ++i) t.events.push_back({0, EventKind::kAdd, fmt::format("node{}", i)});
+  for (int i = 1; i <= from; ++i)
+    t.events.push_back({0, EventKind::kAdd, fmt::format("node{}", i)});
   for (int k = 1; k <= from - to; ++k) {
     t.events.push_back({k * period_ms, EventKind::kRemove, fmt::format("node{}", 2 * k - 1)});
   }
@@ -90,6 +91,7 @@ Trace fixed_removal_trace(double period_ms, int from, int to) {
 ReplayOptions artifact_options(const ArtifactModel& model) {
   ReplayOptions o;
   o.startup_ms = model.startup_ms;
+  o.join_boot_ms = model.startup_ms;  // every instance the artifact adds boots for 45 s
   o.record_timeline = false;
   return o;
 }
@@ -98,8 +100,9 @@ ReplayResult replay_artifact(const Trace& trace, PolicyKind kind, const Artifact
                              const StepTable& table, const ReplayOptions& options) {
   const auto it = table.step_ms.find(kind);
   if (it == table.step_ms.end()) {
-    throw ConfigError(fmt::format("the step table has no rows for policy {}; add `{},nodes,...` rows",
-                                  to_string(kind), to_string(kind)));
+    throw ConfigError(
+        fmt::format("the step table has no rows for policy {}; add `{},nodes,...` rows",
+                    to_string(kind), to_string(kind)));
   }
   TableModel tm(it->second, model.samples_per_step, 0, model.min_nodes);
   return replay(trace, kind, model.costs, tm, options);

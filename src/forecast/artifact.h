@@ -15,7 +15,8 @@
 //   BERT-large, 80 s GPT-2, 100 s GPT-3 medium, 230 s 2.7B, 450 s 6.7B;
 //   global_rendezvous_timeout_delta (restart) 30 s; redundant_ratio 1 - 0.1971;
 //   fallback_slowdown 1.5.
-// - All three: spot_instance_creation_time 45 s (instances boot before the first start);
+// - All three: spot_instance_creation_time 45 s (every added instance boots that long before it
+//   is ready: the first ones before the first start, later ones before they can join);
 //   num_stages_target 12 (fewer nodes train nothing); samples_per_step 8192 BERT-large, 1024
 //   GPT-2, 819 GPT-3 medium, 512 2.7B, 1024 6.7B.
 #pragma once
@@ -31,11 +32,11 @@
 namespace bw::forecast {
 
 struct ArtifactModel {
-  std::string name;         // our name: bert-large, gpt2, gpt3-medium, gpt3-2.7b, gpt3-6.7b
-  std::string artifact;     // the artifact's name: BERT-large, GPT-2-ours, GPT-3-medium, ...
+  std::string name;      // our name: bert-large, gpt2, gpt3-medium, gpt3-2.7b, gpt3-6.7b
+  std::string artifact;  // the artifact's name: BERT-large, GPT-2-ours, GPT-3-medium, ...
   double samples_per_step = 0;
-  int min_nodes = 12;       // pipelines of 12 stages, one node each
-  double startup_ms = 45e3; // instance boot before the first start
+  int min_nodes = 12;        // pipelines of 12 stages, one node each
+  double startup_ms = 45e3;  // instance boot (before the first start, and before each join)
   // Every artifact behaviour switched on: fixed reconfiguration, Varuna's restart by node count,
   // checkpoint after a restart and aligned cadence, Bamboo's measured steps and 1.5x failover.
   PolicyCosts costs;
@@ -53,7 +54,7 @@ Trace fixed_removal_trace(double period_ms, int from = 30, int to = 15);
 // Replays `trace` under `kind` as the artifact models it: the policy's rows of `table` (a
 // ConfigError naming the policy if it has none), the model's costs, cold start and minimum
 // cluster size, up to the trace's last event. `options` may switch the accounting
-// (whole_step_loss) or turn the cold start off (startup_ms = 0).
+// (whole_step_loss) or turn the cold start or the joins' boot off (startup_ms, join_boot_ms = 0).
 ReplayOptions artifact_options(const ArtifactModel& model);
 ReplayResult replay_artifact(const Trace& trace, PolicyKind kind, const ArtifactModel& model,
                              const StepTable& table, const ReplayOptions& options);

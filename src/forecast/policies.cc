@@ -191,8 +191,8 @@ class RedundantPolicy final : public Policy {
           fmt::format("--useful-share must be in (0, 1] (got {})", costs_.useful_share));
     }
     if (costs_.failover_slowdown && !(*costs_.failover_slowdown >= 1)) {
-      throw ConfigError(fmt::format("--failover-slowdown must be >= 1 (got {})",
-                                    *costs_.failover_slowdown));
+      throw ConfigError(
+          fmt::format("--failover-slowdown must be >= 1 (got {})", *costs_.failover_slowdown));
     }
   }
   PolicyKind kind() const override { return PolicyKind::kRedundant; }

@@ -99,10 +99,13 @@ class Engine {
     result_.policy = policy.kind();
   }
 
-  ReplayResult run(const Trace& trace) {
-    const auto& ev = trace.events;
+  ReplayResult run(const Trace& given) {
     double end = options_.duration_ms;
-    if (end <= 0) end = ev.empty() ? 0 : ev.back().time_ms;
+    if (end <= 0) end = given.events.empty() ? 0 : given.events.back().time_ms;
+    // The window is the given trace's; booting moves joins within it (or past its end).
+    Trace delayed;
+    if (options_.join_boot_ms != 0) delayed = delay_joins(given, options_.join_boot_ms);
+    const auto& ev = options_.join_boot_ms != 0 ? delayed.events : given.events;
     if (!(end > 0)) {
       throw ConfigError(
           "nothing to replay: the trace is empty or ends at time 0; give a duration (--hours)");

@@ -55,6 +55,10 @@ struct ReplayOptions {
   // policy's own start-up (Policy::on_cold_start) before the first step. 0: training starts at
   // the trace's first timestamp at no cost.
   double startup_ms = 0;
+  // Instance start-up of nodes that join later (the artifact: the same 45 s): each joins this
+  // long after the trace adds it, and one removed before that never joins (delay_joins,
+  // trace.h). 0: a node joins when the trace adds it.
+  double join_boot_ms = 0;
   bool record_timeline = true;
 };
 

@@ -54,9 +54,10 @@ StepTable parse_step_table(std::string_view text, std::string_view source,
     const auto f = split(line);
     auto fail = [&](const std::string& why) {
       return ConfigError(fmt::format("{} line {}: {} in '{}'; expected {}", source, line_no, why,
-                                     line, header_seen ? "`policy,nodes,step_ms` rows"
-                                                       : "a header `policy,nodes,step_ms` or "
-                                                         "`policy,nodes,samples_per_s`"));
+                                     line,
+                                     header_seen ? "`policy,nodes,step_ms` rows"
+                                                 : "a header `policy,nodes,step_ms` or "
+                                                   "`policy,nodes,samples_per_s`"));
     };
     if (!header_seen) {
       if (f.size() != 3 || f[0] != "policy" || f[1] != "nodes" ||
@@ -65,10 +66,10 @@ StepTable parse_step_table(std::string_view text, std::string_view source,
       }
       rates = f[2] == "samples_per_s";
       if (rates && !(samples_per_step > 0)) {
-        throw ConfigError(fmt::format(
-            "{} gives samples_per_s, which needs the samples per step (got {}); pass "
-            "--samples-per-step or a --costs set for the model",
-            source, samples_per_step));
+        throw ConfigError(
+            fmt::format("{} gives samples_per_s, which needs the samples per step (got {}); pass "
+                        "--samples-per-step or a --costs set for the model",
+                        source, samples_per_step));
       }
       header_seen = true;
       continue;
@@ -98,8 +99,8 @@ StepTable parse_step_table(std::string_view text, std::string_view source,
       if (!(value >= 0) || std::isinf(value)) {
         throw fail(fmt::format("rate {} must be >= 0 (0: does not fit)", value));
       }
-      step_ms = value == 0 ? std::numeric_limits<double>::infinity()
-                           : samples_per_step / value * 1e3;
+      step_ms =
+          value == 0 ? std::numeric_limits<double>::infinity() : samples_per_step / value * 1e3;
     } else {
       if (!(value > 0)) throw fail(fmt::format("step time {} must be > 0", value));
       step_ms = value;
@@ -109,8 +110,8 @@ StepTable parse_step_table(std::string_view text, std::string_view source,
     }
   }
   if (table.step_ms.empty()) {
-    throw ConfigError(fmt::format("{} has no rows; expected a header and `policy,nodes,step_ms` rows",
-                                  source));
+    throw ConfigError(
+        fmt::format("{} has no rows; expected a header and `policy,nodes,step_ms` rows", source));
   }
   return table;
 }

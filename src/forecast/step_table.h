@@ -28,8 +28,7 @@ struct StepTable {
 };
 
 // `samples_per_step` converts samples_per_s rows (ignored for step_ms rows; must be > 0 then).
-StepTable parse_step_table(std::string_view text, std::string_view source,
-                           double samples_per_step);
+StepTable parse_step_table(std::string_view text, std::string_view source, double samples_per_step);
 StepTable read_step_table(const std::string& path, double samples_per_step);
 
 }  // namespace bw::forecast

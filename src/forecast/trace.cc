@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -91,6 +92,45 @@ Trace read_trace(const std::string& path) {
   return parse_trace(io::read_file(path, io::kMaxTableBytes, "failure trace"), path);
 }
 
+Trace delay_joins(const Trace& trace, double boot_ms) {
+  if (!std::isfinite(boot_ms) || boot_ms < 0)
+    throw ConfigError(fmt::format(
+        "instance start-up delay must be a finite number of ms >= 0 (got {})", boot_ms));
+  if (boot_ms == 0 || trace.events.empty()) return trace;
+  const double t0 = trace.events.front().time_ms;
+  // Per node: index in `out` of its addition that is still booting at the current time.
+  std::unordered_map<std::string, std::size_t> booting;
+  std::vector<TraceEvent> out;
+  std::vector<char> dropped;
+  for (const TraceEvent& e : trace.events) {
+    if (e.kind == EventKind::kAdd) {
+      TraceEvent moved = e;
+      if (e.time_ms > t0) {
+        moved.time_ms = e.time_ms + boot_ms;
+        booting[e.node] = out.size();
+      }
+      out.push_back(moved);
+      dropped.push_back(0);
+      continue;
+    }
+    auto it = booting.find(e.node);
+    if (it != booting.end() && out[it->second].time_ms > e.time_ms) {
+      dropped[it->second] = 1;  // gone before it booted: neither event reaches the cluster
+      booting.erase(it);
+      continue;
+    }
+    if (it != booting.end()) booting.erase(it);
+    out.push_back(e);
+    dropped.push_back(0);
+  }
+  Trace result;
+  for (std::size_t k = 0; k < out.size(); ++k)
+    if (!dropped[k]) result.events.push_back(out[k]);
+  std::stable_sort(result.events.begin(), result.events.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.time_ms < b.time_ms; });
+  return result;
+}
+
 std::string format_trace(const Trace& trace) {
   std::string out;
   for (const auto& e : trace.events) {
@@ -171,8 +211,8 @@ Trace make_synthetic(const SyntheticSpec& spec) {
   }
   // Bound the events before generating any: removals ~ duration / interval (x burst size).
   const double per_failure = spec.pattern == FailurePattern::kBursts ? spec.burst_size : 1.0;
-  const double expected = spec.duration_ms / spec.interval_ms * per_failure *
-                          (spec.rejoin_after_ms > 0 ? 2.0 : 1.0);
+  const double expected =
+      spec.duration_ms / spec.interval_ms * per_failure * (spec.rejoin_after_ms > 0 ? 2.0 : 1.0);
   if (!(expected <= static_cast<double>(kMaxTraceEvents))) {
     throw ConfigError(fmt::format(
         "synthetic trace: about {:.3g} events over {:.3g} ms, more than the limit of {}; "

@@ -38,6 +38,13 @@ Trace read_trace(const std::string& path);
 // The text form, one event a line (parse_trace(format_trace(t)) == t up to time rounding to ms).
 std::string format_trace(const Trace& trace);
 
+// Instance start-up: a node added after the first timestamp becomes usable `boot_ms` later (its
+// addition moves by that much); one removed before then never becomes usable (its addition and
+// that removal are dropped). Events at the first timestamp (the initial membership) and every
+// other removal keep their times; the result is sorted by time, simultaneous events in trace
+// order. boot_ms must be finite and >= 0 (ConfigError); 0 returns the trace unchanged.
+Trace delay_joins(const Trace& trace, double boot_ms);
+
 // The nodes alive after applying every event with time <= time_ms, in order of addition.
 std::vector<std::string> live_nodes_at(const Trace& trace, double time_ms);
 // The most nodes live at once over the whole trace (O(events)).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -218,6 +219,152 @@ TEST(YoungInterval, MatchesTheFormulaAndMinimisesLossOnPoisson) {
   double best = 0;
   for (int k = 1; k <= 120; ++k) best = std::max(best, useful(k));
   EXPECT_GE(useful(young_checkpoint_steps(15.8e3, 600e3, 2000)), best - 0.02);
+}
+
+}  // namespace
+}  // namespace bw::forecast
+
+namespace bw::forecast {
+namespace {
+
+// Instance start-up of joins: replaying with join_boot_ms equals replaying, over the same window,
+// the trace with each later addition written that much later by hand.
+TEST(Replay, JoinBootEqualsTheTraceWithLaterAdditions) {
+  const auto given = nodes_then(3, "2500,remove,node1\n6000,add,node4\n9000,add,node5\n");
+  const auto by_hand = nodes_then(3, "2500,remove,node1\n7500,add,node4\n10500,add,node5\n");
+  for (const auto kind : {PolicyKind::kBreakwater, PolicyKind::kRestart, PolicyKind::kRedundant}) {
+    ConstantModel model(1000, 8, 3);
+    ReplayOptions o;
+    o.duration_ms = 20000;
+    const auto plain = replay(by_hand, kind, hand_costs(), model, o);
+    o.join_boot_ms = 1500;
+    const auto booted = replay(given, kind, hand_costs(), model, o);
+    EXPECT_DOUBLE_EQ(booted.time.useful_ms, plain.time.useful_ms) << to_string(kind);
+    EXPECT_DOUBLE_EQ(booted.time.stalled_ms, plain.time.stalled_ms) << to_string(kind);
+    EXPECT_DOUBLE_EQ(booted.samples, plain.samples) << to_string(kind);
+    EXPECT_EQ(booted.join_times_ms, plain.join_times_ms) << to_string(kind);
+    o.join_boot_ms = 0;
+    EXPECT_LT(replay(given, kind, hand_costs(), model, o).time.stalled_ms, plain.time.stalled_ms)
+        << to_string(kind) << ": without the boot, node4 ends the stall earlier";
+  }
+}
+
+TEST(Replay, NodeLeavingWhileBootingNeverJoins) {
+  // node9 is added at 3 s and removed at 4 s, inside its 2 s boot: as if it never existed.
+  const auto given = nodes_then(4, "3000,add,node9\n4000,remove,node9\n");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 10000;
+  o.join_boot_ms = 2000;
+  const auto r = replay(given, PolicyKind::kBreakwater, hand_costs(), model, o);
+  expect_breakdown(r, {.useful_ms = 10000});
+  EXPECT_EQ(r.joins, 0);
+  EXPECT_EQ(r.failures, 0);
+  // Removed after its boot, it joined and then failed.
+  o.join_boot_ms = 500;
+  const auto late = replay(given, PolicyKind::kBreakwater, hand_costs(), model, o);
+  EXPECT_EQ(late.joins, 1);
+  EXPECT_EQ(late.failures, 1);
+}
+
+TEST(Trace, DelayJoinsKeepsInitialMembershipAndRejectsBadDelays) {
+  const auto t = parse_trace("0,add,a\n0,add,b\n100,remove,a\n200,add,c\n250,add,a\n", "test");
+  const auto d = delay_joins(t, 100);
+  EXPECT_EQ(
+      format_trace(d),
+      format_trace(parse_trace("0,add,a\n0,add,b\n100,remove,a\n300,add,c\n350,add,a\n", "test")));
+  EXPECT_EQ(format_trace(delay_joins(t, 0)), format_trace(t));
+  EXPECT_THROW(delay_joins(t, -1), ConfigError);
+  EXPECT_THROW(delay_joins(t, std::nan("")), ConfigError);
+}
+
+}  // namespace
+}  // namespace bw::forecast
+
+namespace bw::forecast {
+namespace {
+
+// The artifact's behaviours, each switched on and off against hand-computed timelines.
+TEST(ArtifactSwitches, FailoverSlowdownFinishesTheStepInFlightSlower) {
+  // Redundant steps of 2 s. node3 fails at 5 s, inside the step [4, 6).
+  const auto t = nodes_then(6, "5000,remove,node3\n");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 12000;
+  PolicyCosts c = hand_costs();
+  c.redundant.failover_slowdown = 1.5;
+  // Its last 1 s runs 1.5x slower (0.5 s more, charged to the rebalance), the step is kept,
+  // then the 1.5 s rebalance: resume at 8 s, 2 steps to 12 s.
+  auto r = replay(t, PolicyKind::kRedundant, c, model, o);
+  expect_breakdown(r, {.useful_ms = 5000, .redundant_ms = 5000, .rebalance_ms = 2000});
+  // Switched off: the step in flight is lost and the rebalance starts at once (5 -> 6.5 s);
+  // 2 steps and 1.5 s of a third to 12 s, half of each step useful.
+  c.redundant.failover_slowdown.reset();
+  r = replay(t, PolicyKind::kRedundant, c, model, o);
+  expect_breakdown(r, {.useful_ms = (4000 + 4000 + 1500) / 2.0,
+                       .redundant_ms = (4000 + 4000 + 1500) / 2.0,
+                       .lost_ms = 1000,
+                       .rebalance_ms = 1500});
+}
+
+TEST(ArtifactSwitches, CheckpointRightAfterARestart) {
+  // As OneFailureRestartLosesWorkSinceCheckpoint: failure at 4.2 s (1.7 s lost). With the
+  // switch the restart costs 3 - 0.5 s (to 6.7 s), the first step [6.7, 7.7) is checkpointed at
+  // once [7.7, 8.2), then 0.3 of a step to 8.5 s. Without it: restart to 7.2 s, 1.3 steps.
+  const auto t = nodes_then(4, "4200,remove,node1\n");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 8500;
+  PolicyCosts c = hand_costs();
+  c.restart.checkpoint_after_restart = true;
+  auto r = replay(t, PolicyKind::kRestart, c, model, o);
+  expect_breakdown(r, {.useful_ms = 2000 + 1000 + 300,
+                       .lost_ms = 1700,
+                       .checkpoint_ms = 500 + 500,
+                       .restart_ms = 2500});
+  c.restart.checkpoint_after_restart = false;
+  r = replay(t, PolicyKind::kRestart, c, model, o);
+  expect_breakdown(
+      r, {.useful_ms = 2000 + 1300, .lost_ms = 1700, .checkpoint_ms = 500, .restart_ms = 3000});
+}
+
+TEST(ArtifactSwitches, AlignedCheckpointsCountEveryStepSinceTheStart) {
+  // Failure at 4.2 s after 3 completed steps (the third rolled back); restart to 7.2 s.
+  // Aligned: step 4 ends at 8.2 s, a multiple of 2, so a checkpoint [8.2, 8.7), then 0.3 of a
+  // step to 9 s. Not aligned: the cadence restarts, 1.8 steps and no checkpoint by 9 s.
+  const auto t = nodes_then(4, "4200,remove,node1\n");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 9000;
+  PolicyCosts c = hand_costs();
+  c.restart.align_checkpoints = true;
+  auto r = replay(t, PolicyKind::kRestart, c, model, o);
+  expect_breakdown(r, {.useful_ms = 2000 + 1000 + 300,
+                       .lost_ms = 1700,
+                       .checkpoint_ms = 500 + 500,
+                       .restart_ms = 3000});
+  c.restart.align_checkpoints = false;
+  r = replay(t, PolicyKind::kRestart, c, model, o);
+  expect_breakdown(
+      r, {.useful_ms = 2000 + 1800, .lost_ms = 1700, .checkpoint_ms = 500, .restart_ms = 3000});
+}
+
+TEST(ArtifactSwitches, ColdStartBootsThenStartsEachSystem) {
+  // 5 s of instance boot (stalled), then each system's own start-up, then steps to 10 s.
+  const auto t = nodes_then(6, "");
+  ConstantModel model(1000, 8);
+  ReplayOptions o;
+  o.duration_ms = 10000;
+  o.startup_ms = 5000;
+  expect_breakdown(replay(t, PolicyKind::kBreakwater, hand_costs(), model, o),
+                   {.useful_ms = 3000, .reconfigure_ms = 2000, .stalled_ms = 5000});
+  expect_breakdown(replay(t, PolicyKind::kRestart, hand_costs(), model, o),
+                   {.useful_ms = 2000, .restart_ms = 3000, .stalled_ms = 5000});
+  expect_breakdown(replay(t, PolicyKind::kRedundant, hand_costs(), model, o),
+                   {.useful_ms = 500, .redundant_ms = 500, .restart_ms = 4000, .stalled_ms = 5000});
+  o.startup_ms = 0;  // switched off: training from time 0 at no cost
+  expect_breakdown(replay(t, PolicyKind::kBreakwater, hand_costs(), model, o),
+                   {.useful_ms = 10000});
 }
 
 }  // namespace

@@ -129,6 +129,15 @@ TEST(Validate, ReceiveAfterItsConsumerIsAnError) {
   expect_invalid(l, "comes after the compute that consumes its tensor");
 }
 
+TEST(Validate, SendBeforeItsProducerIsAnError) {
+  Schedule l = lower(one_f_one_b());
+  auto& list = l.actions[0];
+  auto f = std::find(list.begin(), list.end(), Action{ActionKind::F, 0, 1});
+  auto send = std::find(list.begin(), list.end(), Action{ActionKind::SEND_F, 0, 1});
+  std::rotate(f, send, send + 1);  // move the SEND just before the F
+  expect_invalid(l, "0SEND_F1 comes before the compute that produces its tensor (0F1)");
+}
+
 TEST(Validate, SendForALocalHandOffIsAnError) {
   Schedule l = lower(generate({.kind = "hanayo", .devices = 2, .microbatches = 2}));
   // Chunks 1 and 2 share device 1.
