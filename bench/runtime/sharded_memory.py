@@ -72,10 +72,11 @@ def main():
             got = run(f"small:{blocks}", d, os.path.join(tmp, f"small{d}"))
             rows.append((d, got - base, predict(d, vocab(os.path.join(tmp, f"small{d}")))))
         print(f"small:{blocks}, one stage, microbatches of {MBS} samples")
-        print(f"{'d':>2} {'measured MiB':>13} {'predicted MiB':>14} {'ratio':>6} {'vs d=1':>7}")
+        print(f"{'d':>2} {'measured MiB':>13} {'predicted MiB':>14} {'excess MiB':>11} "
+              f"{'ratio':>6} {'measured vs d=1':>16} {'predicted vs d=1':>17}")
         for d, got, want in rows:
-            print(f"{d:>2} {got / 2**20:>13.1f} {want / 2**20:>14.1f} {got / want:>6.2f} "
-                  f"{got / rows[0][1]:>7.2f}")
+            print(f"{d:>2} {got / 2**20:>13.1f} {want / 2**20:>14.1f} {(got - want) / 2**20:>11.1f} "
+                  f"{got / want:>6.2f} {got / rows[0][1]:>16.2f} {want / rows[0][2]:>17.2f}")
 
 
 if __name__ == "__main__":

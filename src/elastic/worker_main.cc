@@ -319,7 +319,19 @@ void run_generation(Context& cx, int g) {
       cx.injector->at(first_step, "state_transfer");
     }
     const auto mine = layout.layers_of(rank);
-    if (g == 0) state.keep_only(mine);
+    if (g == 0) {
+      // Initial weights; a sharded rank builds one layer at a time and keeps only its slice.
+      for (int l : state.layers())
+        if (std::find(mine.begin(), mine.end(), l) == mine.end()) state.drop(l);
+      for (int l : mine) {
+        if (layout.segmented(l)) {
+          auto [b, e] = layout.shard_range(rank, model::num_parameters(state.model(), l));
+          state.add_initial_shard(l, b, e);
+        } else {
+          state.add_initial(l);
+        }
+      }
+    }
     for (int l : mine) {
       const auto held = state.held_range(l);
       BW_CHECK(held.first < held.second || received.count(l),

@@ -120,6 +120,26 @@ void ModelState::add_initial(int layer) {
   layers_[layer] = model::build_layer(model_, layer, seed_);
 }
 
+void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {
+  if (holds(layer) || holds_shard(layer)) return;
+  BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
+  auto full = model::build_layer(model_, layer, seed_);
+  std::vector<torch::Tensor> parts;
+  for (const auto& [name, p] : full->parameter_list()) parts.push_back(p.detach().reshape({-1}));
+  auto flat = torch::cat(parts);
+  full.reset();
+  BW_CHECK(0 <= begin && begin < end && end <= flat.numel(), "range [{}, {}) of layer {}", begin,
+           end, layer);
+  Shard s;
+  s.begin = begin;
+  s.end = end;
+  s.param = flat.narrow(0, begin, end - begin).clone();
+  s.exp_avg = torch::zeros({end - begin}, torch::kFloat32);
+  s.exp_avg_sq = torch::zeros({end - begin}, torch::kFloat32);
+  s.grad = torch::zeros({end - begin}, torch::kFloat32);
+  shards_[layer] = std::move(s);
+}
+
 void ModelState::drop(int layer) {
   shards_.erase(layer);
   auto it = layers_.find(layer);

@@ -71,6 +71,9 @@ class ModelState {
   // Adds layer `layer` with its initial weights (from the model seed) and no AdamW state; no-op
   // when held.
   void add_initial(int layer);
+  // Adds the slice [begin, end) of layer `layer`'s initial weights as a shard (no AdamW state),
+  // without keeping the whole layer; no-op when the layer is held.
+  void add_initial_shard(int layer, int64_t begin, int64_t end);
   void drop(int layer);
   // Keeps exactly `layers` (adding missing ones with initial weights).
   void keep_only(const std::vector<int>& layers);
