@@ -617,6 +617,27 @@ TEST(NonFinite, ResumeAfterASkipEndsWhereTheReferenceEnds) {
   expect_matches_reference(b, skipping_reference(config, skipped), steps);
 }
 
+TEST(NonFinite, ResumeAfterASkipInOneProcessEndsWhereTheReferenceEnds) {
+  const int steps = 8;
+  const std::set<int> skipped = {1};
+  const auto& plain = reference(4, steps);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  auto first = skip_args(4, steps);
+  first.push_back("--devices=1");
+  first.push_back("--train.checkpoint_every=3");
+  first.push_back("--elastic.inject=nan:node=0:step=1");
+  const auto a = train("skip_then_checkpoint_one_process", first);
+  ASSERT_EQ(a.status, 0) << a.output;
+  auto second = skip_args(4, steps);
+  second.push_back("--devices=1");
+  second.push_back("--train.resume=" + runtime::checkpoint_dir(a.out_dir, 3));
+  const auto b = train("skip_resumed_one_process", second);
+  ASSERT_EQ(b.status, 0) << b.output;
+  const auto config = config_of(second);
+  expect_skips_reported(b, plain, skipped, config.train, 3);
+  expect_matches_reference(b, skipping_reference(config, skipped), steps);
+}
+
 // The default (stop), and more skips in a row than train.skip_limit: the run stops at the
 // non-finite step with exit status 2 and writes no NaN (no checkpoint of that step exists).
 TEST(NonFinite, StopAndTheSkipLimitEndTheRunAtTheNonFiniteStep) {
