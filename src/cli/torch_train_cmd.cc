@@ -117,7 +117,10 @@ void print_event(const elastic::Event& e, bool tty) {
     fmt::print(stderr,
                "{}event: recovered from {} of node(s) {} in {:.0f} ms; plan {} -> {} (generation "
                "{}, resuming at step {})\n",
-               lead, e.cause == "node_lost" ? "the loss" : e.cause == "node_joined" ? "the join" : e.cause,
+               lead,
+               e.cause == "node_lost"     ? "the loss"
+               : e.cause == "node_joined" ? "the join"
+                                          : e.cause,
                fmt::join(e.nodes, ","), e.recovery_ms, e.old_plan, e.new_plan, e.generation,
                e.step);
   } else if (e.kind == "stopped") {
@@ -131,14 +134,15 @@ void print_events(const std::vector<elastic::Event>& events) {
   for (const auto& e : events) any = any || e.kind == "recovered";
   if (!any) return;
   fmt::print("\n{:<11} {:>5} {:<8} {:>4} {:>9} {:>9} {:>8} {:>10} {:>11} {:>9} {:>11}\n", "event",
-             "step", "nodes", "gen", "detect ms", "stop ms", "plan ms", "regroup ms",
-             "transfer ms", "replay ms", "recovery ms");
+             "step", "nodes", "gen", "detect ms", "stop ms", "plan ms", "regroup ms", "transfer ms",
+             "replay ms", "recovery ms");
   for (const auto& e : events) {
     if (e.kind != "recovered") continue;
-    fmt::print("{:<11} {:>5} {:<8} {:>4} {:>9.0f} {:>9.0f} {:>8.1f} {:>10.0f} {:>11.1f} {:>9.0f} {:>11.0f}\n",
-               e.cause, e.step, fmt::format("{}", fmt::join(e.nodes, ",")), e.generation,
-               e.detect_ms, e.quiesce_ms, e.plan_ms, e.regroup_ms, e.transfer_ms, e.replay_ms,
-               e.recovery_ms);
+    fmt::print(
+        "{:<11} {:>5} {:<8} {:>4} {:>9.0f} {:>9.0f} {:>8.1f} {:>10.0f} {:>11.1f} {:>9.0f} "
+        "{:>11.0f}\n",
+        e.cause, e.step, fmt::format("{}", fmt::join(e.nodes, ",")), e.generation, e.detect_ms,
+        e.quiesce_ms, e.plan_ms, e.regroup_ms, e.transfer_ms, e.replay_ms, e.recovery_ms);
   }
 }
 
@@ -147,14 +151,15 @@ void print_summary(const elastic::RunSummary& s) {
              fmt::format("{} (from step {})", s.steps_done, s.first_step));
   fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
   if (!s.skipped_steps.empty()) {
-    fmt::print("{:<28} {} (steps {}; not finite, no update; samples consumed)\n", "skipped steps",
-               s.skipped_steps.size(), fmt::join(s.skipped_steps, ", "));
+    fmt::print("{:<28} {} (0-based steps {}; not finite, no update; samples consumed)\n",
+               "skipped steps", s.skipped_steps.size(), fmt::join(s.skipped_steps, ", "));
   }
   fmt::print("{:<28} {:.0f}\n", "tokens/s", s.tokens_per_s);
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
              "compute %");
-  for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size()); ++r) {
+  for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size());
+       ++r) {
     const auto [p, d] = s.layout.locate(r);
     fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>10.1f}\n", r, p, d, s.peak_rss_kb[r] / 1024.0,
                100.0 * s.compute_share[r]);
