@@ -3,14 +3,22 @@
 // memory, prints a table and writes the profile JSON that `breakwater plan` reads
 // (model/profiler.h). Registered after the pure `profile` command (profile_cmd.cc, order 10) and
 // added under it; creates `profile` itself when that command is not built.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "cli/checks.h"
 #include "cli/registry.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
+#include "model/gpt.h"
 #include "model/profiler.h"
 
 #if __has_include("plan/profile.h")
@@ -27,7 +35,56 @@ struct MeasureArgs {
   bool json = false;
 };
 
+// A huge but legal measurement says what it will take before it starts, from its own numbers:
+// memory for the largest layer's activations and gradients (a block's attention scores
+// mb x heads x T x T and its ~20 d-wide tensors per token, the head's logits mb x T x vocab, each
+// held about three times over: forward, saved, gradient), and compute of 6 x parameters x tokens
+// plus the attention's 12 x T x d per token and block, for every warm-up and timed run of the
+// forward and both backward forms, at 40 GFLOP/s per thread (the rate `small` trains at per
+// core on the 2-core development machine, docs/runtime.md).
+void warn_if_costly(const model::ProfileOptions& o) {
+  auto m = model::named_config(o.model, o.vocab_size);
+  if (o.seq_len > 0) m.seq_len = o.seq_len;
+  const double tokens = static_cast<double>(o.microbatch_size) * m.seq_len;
+  const double f = 4.0;  // bytes per float
+  const double block = tokens * (20.0 * m.d_model + static_cast<double>(m.n_heads) * m.seq_len);
+  const double head = tokens * m.vocab_size;
+  const double bytes = 3 * f * std::max(block, head);
+  double params = 0;
+  for (int l = 0; l < model::num_layers(m); ++l) params += model::num_parameters(m, l);
+  const double runs = 3.0 * (o.repeats + o.warmup);  // forward, backward, backward I + W
+  const double flops =
+      runs * (6 * params * tokens + 12.0 * m.n_blocks * tokens * m.seq_len * m.d_model);
+  const double seconds = flops / (40e9 * o.threads);
+  if (bytes < 4.0 * (1 << 30) && seconds < 600) return;
+  fmt::print(stderr,
+             "note: measuring {} at microbatch {} x seq_len {} needs about {} of memory for its "
+             "largest layer and {:.3g} FLOP, about {} on {} thread(s)\n",
+             o.model, o.microbatch_size, m.seq_len, io::human_bytes(static_cast<int64_t>(bytes)),
+             flops,
+             seconds < 7200     ? fmt::format("{:.0f} s", seconds)
+             : seconds < 172800 ? fmt::format("{:.1f} h", seconds / 3600)
+                                : fmt::format("{:.0f} days", seconds / 86400),
+             o.threads);
+  std::fflush(stderr);
+}
+
+// The output must be openable for writing before a long measurement, not after it; an existing
+// file is left as it is until the profile replaces it.
+void require_writable(const std::string& path) {
+  const bool existed = std::filesystem::exists(path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw ConfigError(fmt::format("cannot open profile JSON '{}': {}; choose another --output",
+                                  path, std::strerror(errno)));
+  }
+  ::close(fd);
+  if (!existed) std::filesystem::remove(path);
+}
+
 void run_measure(const MeasureArgs& args) {
+  warn_if_costly(args.options);
+  require_writable(args.out);
   model::MeasuredProfile p = model::measure_profile(args.options);
   json::Json doc = model::to_profile_json(p);
   json::write_file(args.out, doc);

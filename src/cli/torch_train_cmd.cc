@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "cli/registry.h"
+#include "core/file_io.h"
 #include "elastic/coordinator.h"
+#include "model/gpt.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
 
@@ -27,7 +30,8 @@ struct TrainArgs {
 std::string duration(double s) {
   if (s < 60) return fmt::format("{:.1f}s", s);
   if (s < 3600) return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
-  return fmt::format("{}h{:02d}m", int(s) / 3600, (int(s) % 3600) / 60);
+  if (s < 172800) return fmt::format("{}h{:02d}m", int(s) / 3600, (int(s) % 3600) / 60);
+  return fmt::format("{:.0f} days", s / 86400);
 }
 
 void print_plan(const runtime::RunLayout& layout, const std::vector<std::string>& notes) {
@@ -54,6 +58,42 @@ void print_plan(const runtime::RunLayout& layout, const std::vector<std::string>
   std::fflush(stdout);
 }
 
+// A huge but legal run says what it will take before any process starts, from its own numbers:
+// memory of at least 16 bytes per parameter (weights, gradients, two AdamW moments) for every
+// replica the plan holds, activations on top; compute of 6 x parameters x tokens (forward and
+// backward), timed at kFlopsPerCore per core of this machine (the `small` model trained at
+// about that rate per core on the 2-core development machine, docs/runtime.md).
+constexpr double kFlopsPerCore = 40e9;
+constexpr double kWarnBytes = 8.0 * (1 << 30);
+constexpr double kWarnSeconds = 3600;
+
+void warn_if_costly(const runtime::RunConfig& config, const runtime::RunLayout& layout) {
+  if (layout.generation != 0) return;
+  const auto model = model::named_config(config.model.name, layout.vocab_size);
+  double replica_params = 0, model_params = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const double n = static_cast<double>(model::num_parameters(model, l));
+    model_params += n;
+    replica_params += n * static_cast<double>(layout.replicas(l).size());
+  }
+  const double bytes = 16 * replica_params;
+  const double tokens = static_cast<double>(config.train.steps) *
+                        static_cast<double>(runtime::global_batch(config.pipeline)) * model.seq_len;
+  const double flops = 6 * model_params * tokens;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double seconds = flops / (kFlopsPerCore * cores);
+  if (bytes < kWarnBytes && seconds < kWarnSeconds) return;
+  fmt::print(stderr,
+             "note: this run needs at least {} of memory ({} parameters x {:.0f} replicas x 16 "
+             "bytes, activations on top) and {:.3g} FLOP for {} steps of {} tokens: about {} "
+             "on {:.0f} cores\n",
+             io::human_bytes(static_cast<int64_t>(bytes)), static_cast<int64_t>(model_params),
+             replica_params / model_params, flops, config.train.steps,
+             static_cast<int64_t>(tokens / std::max(1, config.train.steps)), duration(seconds),
+             cores);
+  std::fflush(stderr);
+}
+
 void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   const int done = s.step + 1;
   if (!tty && done % std::max(1, log_every) != 0 && done != s.steps) return;
@@ -61,9 +101,12 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   const int filled = static_cast<int>(double(done) / s.steps * width);
   std::string bar(filled, '#');
   bar += std::string(width - filled, '.');
-  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}", tty ? "\r" : "", bar,
-             done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s),
-             tty ? (done == s.steps ? "\n" : "") : "\n");
+  // A skipped step (not finite, train.nonfinite = "skip") says so and counts the skips.
+  const std::string skipped =
+      s.skipped ? fmt::format("  skipped (not finite; {} so far)", s.skipped_total) : "";
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}{}", tty ? "\r" : "",
+             bar, done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s), skipped,
+             tty ? (done == s.steps || s.skipped ? "\n" : "") : "\n");
   std::fflush(stderr);
 }
 
@@ -111,6 +154,10 @@ void print_summary(const elastic::RunSummary& s) {
   fmt::print("\n{:<28} {}\n", "steps",
              fmt::format("{} (from step {})", s.steps_done, s.first_step));
   fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
+  if (!s.skipped_steps.empty()) {
+    fmt::print("{:<28} {} (0-based steps {}; not finite, no update; samples consumed)\n",
+               "skipped steps", s.skipped_steps.size(), fmt::join(s.skipped_steps, ", "));
+  }
   fmt::print("{:<28} {:.0f}\n", "tokens/s", s.tokens_per_s);
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
@@ -152,8 +199,12 @@ void add_train(CLI::App& app) {
     elastic::CoordinatorOptions options;
     options.devices = args->devices;
     const bool tty = isatty(fileno(stderr));
+    options.on_plan = [&config, quiet = args->quiet](const runtime::RunLayout& layout,
+                                                     const std::vector<std::string>& notes) {
+      warn_if_costly(config, layout);
+      if (!quiet) print_plan(layout, notes);
+    };
     if (!args->quiet) {
-      options.on_plan = print_plan;
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
         print_progress(s, tty, config.train.log_every);
       };

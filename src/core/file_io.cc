@@ -94,9 +94,9 @@ std::string read_file(const std::string& path, int64_t max_bytes, std::string_vi
   return out;
 }
 
-FileWriter::FileWriter(const std::string& path, std::string_view what)
+FileWriter::FileWriter(const std::string& path, std::string_view what, bool append)
     : path_(path), what_(what) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("open", errno);
 }
 

@@ -44,8 +44,8 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 // A file written through a raw descriptor: every write checked, optional fsync, checked close.
 class FileWriter {
  public:
-  // Opens `path` for writing (created 0644 or truncated).
-  FileWriter(const std::string& path, std::string_view what);
+  // Opens `path` for writing (created 0644, then truncated, or appended to when `append`).
+  FileWriter(const std::string& path, std::string_view what, bool append = false);
   ~FileWriter();  // closes without checking if close() was not called (an error path)
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;

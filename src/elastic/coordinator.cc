@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "elastic/keys.h"
@@ -74,10 +75,9 @@ std::string as_string(const std::vector<uint8_t>& bytes) {
 // Writes metrics.jsonl: one line per committed step, one per event.
 class Metrics {
  public:
-  Metrics(const std::string& path, bool append)
-      : out_(path, append ? std::ios::app : std::ios::trunc) {
-    if (!out_) throw ConfigError(fmt::format("cannot open '{}' for writing", path));
-  }
+  // Every line is one checked write: a full disk or an unwritable file is a ConfigError naming
+  // the file (exit status 2), never a run that goes on without its metrics.
+  Metrics(const std::string& path, bool append) : out_(path, "metrics file", append) {}
   void step(const StepSummary& s) {
     nlohmann::json line = {{"step", s.step},
                            {"loss", s.loss},
@@ -87,7 +87,9 @@ class Metrics {
                            {"tokens_per_s", s.tokens_per_s},
                            {"generation", s.generation},
                            {"world", s.world},
-                           {"samples", s.samples}};
+                           {"samples", s.samples},
+                           {"skipped", s.skipped},
+                           {"skipped_total", s.skipped_total}};
     line["ranks"] = nlohmann::json::array();
     for (const auto& r : s.reports) {
       auto j = r.to_json();
@@ -115,11 +117,8 @@ class Metrics {
   }
 
  private:
-  void write(const nlohmann::json& line) {
-    out_ << line.dump() << "\n" << std::flush;
-    if (!out_) throw ConfigError("cannot write metrics.jsonl (disk full?)");
-  }
-  std::ofstream out_;
+  void write(const nlohmann::json& line) { out_.write(line.dump() + "\n"); }
+  io::FileWriter out_;
 };
 
 // A checkpoint must hold every parameter of this model with its shape (and its optimizer state),
@@ -149,6 +148,20 @@ void check_checkpoint_matches(const runtime::LoadedCheckpoint& ckpt, const model
       }
     }
   }
+}
+
+// A count the sidecar's `extra` records (0 when absent, e.g. a checkpoint of an older build):
+// an integer in [0, step], else the sidecar is damaged or edited.
+int recorded_count(const runtime::CheckpointInfo& info, const char* key, const std::string& where) {
+  if (!info.extra.is_object() || !info.extra.contains(key)) return 0;
+  const auto& v = info.extra.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > info.step) {
+    throw ConfigError(fmt::format(
+        "checkpoint {} records {} = {}, which is not a count of at most its step {}; the sidecar "
+        "was edited or damaged: resume from another checkpoint",
+        where, key, v.dump(), info.step));
+  }
+  return static_cast<int>(v.get<int64_t>());
 }
 
 std::string render_sample(const std::vector<int64_t>& tokens, int vocab_size) {
@@ -187,8 +200,12 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
 
   RunSummary summary;
   const auto faults = parse_faults(config.elastic.inject);  // bad specs fail before any process
-  if (!faults.empty() && world == 1) {
-    throw ConfigError("elastic.inject needs worker processes; drop --devices 1");
+  for (const auto& f : faults) {
+    if (world == 1 && (f.action != "nan" || f.node != 0 || f.device != 0)) {
+      throw ConfigError(
+          "elastic.inject in one process (--devices 1) takes only nan:node=0:step=S; the other "
+          "faults need worker processes");
+    }
   }
   PlanContext ctx;
   RunPlan run;
@@ -198,12 +215,24 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   } else {
     std::tie(ctx, run) = initial_plan(config, model, world);
   }
+  for (const auto& f : faults) {  // a fault that can never fire is a mistake, not a no-op
+    const int nodes = world == 1 ? 1 : ctx.cluster.num_nodes;
+    const int devices = world == 1 ? 1 : ctx.devices_per_node;
+    if (f.node >= nodes || f.device >= devices ||
+        (f.phase != "startup" && f.step >= config.train.steps)) {
+      throw ConfigError(fmt::format(
+          "elastic.inject names node {} device {} step {}, but the run has nodes 0..{}, devices "
+          "0..{} per node and steps 0..{}; name a node, device and step of this run",
+          f.node, f.device, f.step, nodes - 1, devices - 1, config.train.steps - 1));
+    }
+  }
   summary.layout = run.layout;
   summary.notes = run.notes;
   if (options.on_plan) options.on_plan(summary.layout, summary.notes);
 
   int first_step = 0;
   std::string resume;
+  SkipCount skips;  // non-finite steps skipped (one process; the supervisor keeps its own)
   if (!config.train.resume.empty()) {
     auto ckpt = runtime::load_checkpoint(config.train.resume);
     check_checkpoint_matches(ckpt, model, config.model.seed, config.train.resume);
@@ -211,6 +240,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     const auto& info = ckpt.info;
     first_step = static_cast<int>(info.step);
     resume = config.train.resume;
+    skips.total = recorded_count(info, "skipped_steps", config.train.resume);
+    skips.consecutive = recorded_count(info, "consecutive_skips", config.train.resume);
     if (first_step >= config.train.steps) {
       throw ConfigError(fmt::format(
           "the checkpoint {} is at step {} but train.steps is {}; raise train.steps to continue",
@@ -221,10 +252,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   // One run per out_dir: a second one is refused with the first one's pid.
   const auto out_lock = runtime::OutDirLock::acquire(config.train.out_dir);
   runtime::remove_partial_checkpoints(config.train.out_dir);  // leftovers of an interrupted run
-  {
-    std::ofstream toml(fs::path(config.train.out_dir) / "config.toml");
-    toml << runtime::to_toml(config, /*with_comments=*/false);
-  }
+  io::write_file((fs::path(config.train.out_dir) / "config.toml").string(),
+                 runtime::to_toml(config, /*with_comments=*/false), "resolved config");
   summary.metrics_path = (fs::path(config.train.out_dir) / "metrics.jsonl").string();
   Metrics metrics(summary.metrics_path, first_step > 0);
 
@@ -254,18 +283,21 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       summary.peak_rss_kb[r.rank] = std::max(summary.peak_rss_kb[r.rank], r.peak_rss_kb);
       summary.compute_share[r.rank] += r.compute_ms / std::max(r.step_ms, 1e-9);
     }
+    if (s.skipped) summary.skipped_steps.push_back(s.step);
     if (s.step == first_step) summary.first_loss = s.loss;
-    summary.final_loss = s.loss;
+    if (!s.skipped) summary.final_loss = s.loss;
     metrics.step(s);
     if (options.on_step) options.on_step(s);
   };
-  auto checkpoint_info = [&](int steps_done, const RunPlan& plan) {
+  auto checkpoint_info = [&](int steps_done, const RunPlan& plan, SkipCount skipped) {
     runtime::CheckpointInfo info;
     info.step = steps_done;
     info.next_sample = int64_t{steps_done} * runtime::global_batch(config.pipeline);
     info.config_toml = runtime::to_toml(config);
     info.extra = {{"generation", plan.layout.generation},
-                  {"layout", runtime::to_json(plan.layout)}};
+                  {"layout", runtime::to_json(plan.layout)},
+                  {"skipped_steps", skipped.total},
+                  {"consecutive_skips", skipped.consecutive}};
     return info;
   };
 
@@ -275,39 +307,64 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     runtime::ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
     state.keep_only(run.layout.layers_of(0));
     state.steps_done = first_step;
-    runtime::Worker worker(config, run.layout, 0, state, nullptr, {});
+    state.steps_skipped = skips.total;
+    // Fault injection in one process: `nan` only (node 0, device 0), once per spec.
+    int cur_step = first_step;
+    std::vector<bool> fired(faults.size(), false);
+    runtime::PhaseHook hook = [&](const char* phase) {
+      for (size_t i = 0; i < faults.size(); ++i) {
+        if (!fired[i] && faults[i].step == cur_step && faults[i].phase == phase) {
+          fired[i] = true;
+          poison_gradients(state.layer_map());
+        }
+      }
+    };
+    runtime::Worker worker(config, run.layout, 0, state, nullptr, {}, hook);
     if (!resume.empty()) {
       auto ckpt = runtime::load_checkpoint(resume);
       worker.load_state(ckpt.weights, &ckpt.optimizer);
     }
     auto t_prev = SteadyClock::now();
     for (int step = first_step; step < steps; ++step) {
+      cur_step = step;
       auto prepared = worker.prepare(step);
       auto& report = prepared.report;
-      if (!std::isfinite(report.loss) || !std::isfinite(report.grad_norm)) {
+      const bool finite = std::isfinite(report.loss) && std::isfinite(report.grad_norm);
+      const bool skip_policy = config.train.nonfinite == "skip";
+      if (!finite && (!skip_policy || skips.consecutive >= config.train.skip_limit)) {
         const auto last = runtime::latest_checkpoint(config.train.out_dir);
         throw ConfigError(fmt::format(
-            "training diverged at step {}: the loss is {} and the gradient norm {}; the step was "
-            "not applied. {}; lower train.lr, raise train.warmup_steps or tighten "
+            "training diverged at step {}: the loss is {} and the gradient norm {}{}; the step "
+            "was not applied. {}; lower train.lr, raise train.warmup_steps or tighten "
             "train.grad_clip",
             step, report.loss, report.grad_norm,
+            skip_policy ? fmt::format(" after {} skipped steps in a row (train.skip_limit)",
+                                      skips.consecutive)
+                        : std::string(),
             last.empty() ? std::string("There is no checkpoint")
                          : fmt::format("The last good checkpoint is {}: resume with "
                                        "--train.resume={}",
                                        last, last)));
       }
-      worker.apply(step, prepared);
+      if (finite) {
+        worker.apply(step, prepared);
+        skips.consecutive = 0;
+      } else {  // the same decision the supervisor makes for workers
+        worker.skip(step);
+        skips.total += 1;
+        skips.consecutive += 1;
+      }
       if (g_signals > 0 && step + 1 < steps) {
         const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
         runtime::write_shard(worker, dir);
-        const auto sidecar = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run));
+        const auto sidecar = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run, skips));
         throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
                                       sidecar, resume_hint(sidecar)));
       }
       if (runtime::checkpoint_due(config.train, step)) {
         const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
         runtime::write_shard(worker, dir);
-        summary.checkpoint = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run));
+        summary.checkpoint = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run, skips));
       }
       StepSummary s;
       s.step = step;
@@ -316,6 +373,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       s.lr = report.lr;
       s.world = 1;
       s.samples = samples_digest(report.samples);
+      s.skipped = !finite;
+      s.skipped_total = skips.total;
       const auto now = SteadyClock::now();
       s.step_s = std::chrono::duration<double>(now - t_prev).count();
       t_prev = now;
@@ -346,6 +405,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     so.steps = steps;
     so.first_step = first_step;
     so.resume = resume;
+    so.skipped = skips.total;
+    so.consecutive_skips = skips.consecutive;
     so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
     so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
     so.rejoin_after_ms = config.elastic.rejoin_after_s * 1000;
@@ -362,6 +423,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       s.generation = r.generation;
       s.world = r.world;
       s.samples = r.samples;
+      s.skipped = r.skipped;
+      s.skipped_total = r.skipped_total;
       s.reports = r.reports;
       record_step(std::move(s));
     };
@@ -376,9 +439,9 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       if (p.layout.generation > 0 && options.on_plan) options.on_plan(p.layout, p.notes);
     };
     sup.on_checkpoint = [&](int steps_done, int shards, const RunPlan& p) {
-      summary.checkpoint = runtime::merge_shards(
-          runtime::checkpoint_dir(config.train.out_dir, steps_done), shards,
-          checkpoint_info(steps_done, p));
+      summary.checkpoint =
+          runtime::merge_shards(runtime::checkpoint_dir(config.train.out_dir, steps_done), shards,
+                                checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
       return summary.checkpoint;
     };
     runtime::log(runtime::LogLevel::kInfo, "store on port {}, {} nodes", store->getPort(),

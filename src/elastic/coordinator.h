@@ -39,6 +39,8 @@ struct StepSummary {
   int generation = 0;
   int world = 0;
   std::string samples;  // digest of the step's sample ids
+  bool skipped = false;   // not finite, its update skipped (train.nonfinite = "skip")
+  int skipped_total = 0;  // steps skipped so far in the run, this one included
   std::vector<runtime::StepReport> reports;  // one per rank
 };
 
@@ -57,6 +59,7 @@ struct RunSummary {
   std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
   std::vector<Event> events;  // failures, joins, recoveries, in order
+  std::vector<int> skipped_steps;  // non-finite steps skipped by this run (train.nonfinite)
   int generations = 1;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -12,13 +13,15 @@
 
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "model/gpt.h"
 
 namespace bw::elastic {
 namespace {
 
-const std::set<std::string> kActions = {"kill", "hang", "agent"};
-const std::set<std::string> kPhases = {"forward", "backward",  "p2p",         "grad_sync",
-                                       "commit",  "optimizer", "reconfigure", "state_transfer"};
+const std::set<std::string> kActions = {"kill", "hang", "agent", "nan"};
+const std::set<std::string> kPhases = {"startup",   "forward",     "backward",
+                                       "p2p",       "grad_sync",   "commit",
+                                       "optimizer", "reconfigure", "state_transfer"};
 
 int parse_int(const std::string& entry, const std::string& key, const std::string& value) {
   size_t used = 0;
@@ -47,13 +50,13 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
   std::stringstream list(text);
   std::string entry;
   const std::string form =
-      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang or agent";
+      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang, agent or nan";
   while (std::getline(list, entry, ',')) {
     if (entry.empty()) continue;
     std::stringstream parts(entry);
     std::string part;
     FaultSpec f;
-    bool has_node = false, has_step = false;
+    bool has_node = false, has_step = false, has_phase = false;
     std::getline(parts, f.action, ':');
     if (kActions.count(f.action) == 0) {
       throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}",
@@ -74,11 +77,12 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       } else if (key == "phase") {
         if (kPhases.count(value) == 0) {
           throw ConfigError(fmt::format(
-              "elastic.inject entry '{}': unknown phase '{}'; use forward, backward, p2p, "
-              "grad_sync, commit, optimizer, reconfigure or state_transfer",
+              "elastic.inject entry '{}': unknown phase '{}'; use startup, forward, backward, "
+              "p2p, grad_sync, commit, optimizer, reconfigure or state_transfer",
               entry, value));
         }
         f.phase = value;
+        has_phase = true;
       } else {
         throw ConfigError(
             fmt::format("elastic.inject entry '{}': unknown field '{}'; use {}", entry, key, form));
@@ -87,6 +91,22 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
     if (!has_node || !has_step) {
       throw ConfigError(
           fmt::format("elastic.inject entry '{}' needs node= and step=; use {}", entry, form));
+    }
+    if (f.action == "nan") {
+      // Poisons gradients: only between the backward pass and the gradient sync.
+      if (has_phase && f.phase != "grad_sync") {
+        throw ConfigError(fmt::format(
+            "elastic.inject entry '{}': nan poisons the gradients before the sync, so its phase "
+            "is grad_sync; drop phase={}",
+            entry, f.phase));
+      }
+      f.phase = "grad_sync";
+    }
+    if (f.phase == "startup" && f.action != "kill" && f.action != "hang") {
+      throw ConfigError(fmt::format(
+          "elastic.inject entry '{}': phase startup (before the worker's first heartbeat) takes "
+          "kill or hang",
+          entry));
     }
     out.push_back(f);
   }
@@ -103,19 +123,34 @@ Injector::Injector(std::vector<FaultSpec> specs, int node, int device,
   }
 }
 
-void Injector::at(int step, const std::string& phase) {
+bool Injector::at(int step, const std::string& phase) {
+  bool poison = false;
   for (const auto& [index, f] : mine_) {
-    if (f.step != step || f.phase != phase) continue;
+    if ((f.step != step && phase != "startup") || f.phase != phase) continue;
     if (store_->add(keys::inject_fired(index), 1) != 1) continue;
     const auto at = fmt::format("{:.3f}", wall_ms());
     store_->set(keys::inject_time(index), std::vector<uint8_t>(at.begin(), at.end()));
-    if (f.action == "kill") {
+    if (f.action == "nan") {
+      poison = true;
+    } else if (f.action == "kill") {
       ::raise(SIGKILL);
     } else if (f.action == "hang") {
       ::raise(SIGSTOP);
     } else {
       ::kill(getppid(), SIGKILL);  // the agent; PR_SET_PDEATHSIG then ends this process
       std::this_thread::sleep_for(std::chrono::seconds(10));
+    }
+  }
+  return poison;
+}
+
+void poison_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [index, layer] : layers) {
+    for (const auto& [name, p] : layer->parameter_list()) {
+      if (!p.grad().defined() || p.grad().numel() == 0) continue;
+      p.mutable_grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+      return;
     }
   }
 }

@@ -3,10 +3,13 @@
 // A spec list, comma-separated: `ACTION:node=N:step=S[:phase=P][:device=D]`, e.g.
 // `kill:node=2:step=5:phase=grad_sync,hang:node=1:step=9`. Actions: `kill` (SIGKILL of the node's
 // worker), `hang` (SIGSTOP of it), `agent` (SIGKILL of the node's agent, whose workers die with
-// it). Phases: forward, backward, p2p, grad_sync (default forward), commit (after the step is
-// committed, before the update), optimizer (after the update), and, in a generation after a
-// reconfiguration, reconfigure (while the groups are built) and state_transfer (while layers
-// move); for those two, `step` is the step the new generation starts at. Each spec fires once
+// it), `nan` (one gradient entry of the worker set to NaN before the gradient sync, so the step's
+// gradient norm is not finite; phase grad_sync only). Phases: startup (before the worker's first
+// heartbeat; kill and hang only, `step` ignored), forward, backward, p2p, grad_sync (default
+// forward), commit (after the step is committed, before the update), optimizer (after the
+// update), and, in a generation after a reconfiguration, reconfigure (while the groups are built)
+// and state_transfer (while layers move); for those two, `step` is the step the new generation
+// starts at. Each spec fires once
 // (a store counter decides), in the worker `device` (default 0) of node `node`, which records the
 // wall-clock time of the fault so recovery is measured from it.
 //
@@ -15,11 +18,17 @@
 
 #include <c10/util/intrusive_ptr.h>
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace c10d {
 class Store;
+}
+
+namespace bw::model {
+class Layer;
 }
 
 namespace bw::elastic {
@@ -41,13 +50,17 @@ double wall_ms();
 class Injector {
  public:
   Injector(std::vector<FaultSpec> specs, int node, int device, c10::intrusive_ptr<c10d::Store> store);
-  // Fires every spec of this worker for (step, phase) that has not fired yet.
-  void at(int step, const std::string& phase);
+  // Fires every spec of this worker for (step, phase) that has not fired yet; true when one of
+  // them is `nan` (the caller then poisons its gradients with poison_gradients()).
+  bool at(int step, const std::string& phase);
   bool empty() const { return mine_.empty(); }
 
  private:
   std::vector<std::pair<int, FaultSpec>> mine_;  // (index in the list, spec)
   c10::intrusive_ptr<c10d::Store> store_;
 };
+
+// Sets the first gradient entry of the first layer that has one to NaN (fault injection `nan`).
+void poison_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers);
 
 }  // namespace bw::elastic

@@ -64,7 +64,14 @@ Supervisor::Supervisor(c10::intrusive_ptr<c10d::Store> store, Clock& clock, Node
       nodes_(nodes),
       ctx_(std::move(context)),
       run_(std::move(first)),
-      opt_(options) {}
+      opt_(options) {
+  skips_ = {opt_.skipped, opt_.consecutive_skips};
+}
+
+SkipCount Supervisor::skips_at(int steps_done) const {
+  auto it = checkpoint_skips_.find(steps_done);
+  return it != checkpoint_skips_.end() ? it->second : skips_;
+}
 
 std::vector<int> Supervisor::workers_of(int node) const {
   std::vector<int> out;
@@ -92,7 +99,10 @@ void Supervisor::start() {
     for (int w : workers_of(n)) set_string(*store_, keys::worker_generation(w, 0), "0");
   }
   publish(run_, opt_.first_step, {});
-  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) nodes_.start(n, 0);
+  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) {
+    node_states_[n].started_ms = clock_.now_ms();
+    nodes_.start(n, 0);
+  }
   last_commit_ms_ = now;
 }
 
@@ -101,7 +111,10 @@ void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<C
   g_ = run.layout.generation;
   nlohmann::json layout = {{"layout", runtime::to_json(run.layout)}, {"workers", run.workers}};
   nlohmann::json start = {{"first_step", first_step},
-                          {"resume", g_ == 0 ? opt_.resume : std::string()},
+                          {"skipped_steps", skips_.total},
+                          // Until a step is decided no worker has loaded train.resume for
+                          // sure (a failure may come while generation 0 forms): load it again.
+                          {"resume", first_step == opt_.first_step ? opt_.resume : std::string()},
                           {"copies", nlohmann::json::array()}};
   for (const auto& [layer, from, to, begin, end] : copies)
     start["copies"].push_back({layer, from, to, begin, end});
@@ -151,7 +164,8 @@ void Supervisor::detect() {
   }
   if (now - last_beat_check_ms_ < 100) return;
   last_beat_check_ms_ = now;
-  auto stale = [&](Beat& b, int64_t count) {
+  // Returns the deadline a beat missed (its first or a later one), or 0 while it is on time.
+  auto stale = [&](Beat& b, int64_t count, double first_beat_deadline_ms) {
     if (count != b.count) {
       // The first reading is a baseline; a change after it is the process's own beat.
       if (b.count >= 0) b.starting = false;
@@ -159,31 +173,61 @@ void Supervisor::detect() {
       b.since_ms = now;
       return false;
     }
-    // Before its first beat a process is still starting (loading LibTorch); counters outlive
-    // a node's restart, so "first beat" means the first change since the (re)start.
-    return now - b.since_ms > (b.starting ? opt_.startup_ms : opt_.heartbeat_timeout_ms);
+    // Counters outlive a node's restart, so "first beat" means the first change since the
+    // (re)start.
+    return b.starting ? now > first_beat_deadline_ms : now - b.since_ms > opt_.heartbeat_timeout_ms;
   };
   for (auto& [node, st] : node_states_) {
     if (!st.live) continue;
-    if (stale(node_beats_[node], counter(*store_, keys::node_heartbeat(node)))) {
-      node_lost(
-          node,
-          fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
-                      opt_.heartbeat_timeout_ms / 1000),
-          0);
+    Beat& agent = node_beats_[node];
+    if (stale(agent, counter(*store_, keys::node_heartbeat(node)),
+              agent.since_ms + opt_.startup_ms)) {
+      node_lost(node,
+                fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
+                            opt_.heartbeat_timeout_ms / 1000),
+                0);
       continue;
     }
+    if (!agent.starting && st.agent_up_ms == 0) {
+      st.agent_up_ms = now;
+      runtime::log(runtime::LogLevel::kDebug, "node {}: agent up {:.0f} ms after its start", node,
+                   now - st.started_ms);
+    }
     for (int w : workers_of(node)) {
-      if (stale(worker_beats_[w], counter(*store_, keys::worker_heartbeat(w)))) {
-        node_lost(node,
-                  fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
+      Beat& beat = worker_beats_[w];
+      if (stale(beat, counter(*store_, keys::worker_heartbeat(w)),
+                worker_startup_deadline_ms(st, beat))) {
+        node_lost(
+            node,
+            beat.starting
+                ? fmt::format("worker {} sent no first heartbeat within {:.1f} s of its "
+                              "launch (hung while starting up; allowed: "
+                              "elastic.heartbeat_timeout_s = {:.1f} s + twice its "
+                              "agent's own start-up of {:.1f} s)",
+                              w, (now - st.agent_up_ms) / 1000, opt_.heartbeat_timeout_ms / 1000,
+                              (st.agent_up_ms - st.started_ms) / 1000)
+                : fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
                               "elastic.heartbeat_timeout_s)",
                               w, opt_.heartbeat_timeout_ms / 1000),
-                  0);
+            0);
         break;
       }
     }
   }
+}
+
+// A worker beats from its first moments: its heartbeat thread starts right after it has
+// connected to the store and read the config, before it builds its model, opens its data or
+// joins any Gloo group (which may legitimately take long). Before that it only execs and loads
+// LibTorch, exactly what its agent (the same binary on the same machine) did just before: so a
+// worker is due to beat within elastic.heartbeat_timeout_s plus twice its agent's measured
+// start-up time after its agent came up (the agent spawns it right then). Before the agent is up
+// the agent's own start-up grace applies, and never more than that grace.
+double Supervisor::worker_startup_deadline_ms(const NodeState& node, const Beat& beat) const {
+  const double grace = beat.since_ms + opt_.startup_ms;
+  if (node.agent_up_ms == 0) return grace;
+  const double launch_ms = node.agent_up_ms - node.started_ms;
+  return std::min(grace, node.agent_up_ms + opt_.heartbeat_timeout_ms + 2 * launch_ms);
 }
 
 void Supervisor::fail_run(int worker, int status) {
@@ -292,6 +336,8 @@ void Supervisor::maybe_start_joins() {
       for (int w : workers_of(node)) worker_beats_.erase(w);
       runtime::log(runtime::LogLevel::kInfo, "starting node {} again (incarnation {})", node,
                    st.incarnation);
+      st.started_ms = now;
+      st.agent_up_ms = 0;
       nodes_.start(node, st.incarnation);
     }
     if (st.live && st.joining) {
@@ -347,18 +393,25 @@ void Supervisor::poll_run() {
       ids.insert(ids.end(), rec.reports.back().samples.begin(), rec.reports.back().samples.end());
     }
     const double loss = rec.reports.front().loss;  // every rank reports the global loss
-    if (!std::isfinite(loss) || !std::isfinite(rec.reports.front().grad_norm)) {
+    const double norm = rec.reports.front().grad_norm;
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    const auto& train = ctx_.config.train;
+    if (!finite && (train.nonfinite != "skip" || skips_.consecutive >= train.skip_limit)) {
       // Never commit a non-finite update: the step is aborted, so no weights turn NaN.
       set_string(*store_, keys::decision(g_, committed_), "abort");
       set_string(*store_, keys::abort(g_), "1");
       set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
-      const auto [ck_step, ck] = last_checkpoint(ctx_.config.train.out_dir);
+      const auto [ck_step, ck] = last_checkpoint(train.out_dir);
       outcome_.kind = Outcome::kFailed;
       outcome_.config_error = true;
       outcome_.message = fmt::format(
-          "training diverged at step {}: the loss is {} and the gradient norm {}; the step was not "
-          "applied. {}; lower train.lr, raise train.warmup_steps or tighten train.grad_clip",
-          committed_, loss, rec.reports.front().grad_norm,
+          "training diverged at step {}: the loss is {} and the gradient norm {}{}; the step was "
+          "not applied. {}; lower train.lr, raise train.warmup_steps or tighten train.grad_clip",
+          committed_, loss, norm,
+          train.nonfinite == "skip"
+              ? fmt::format(" after {} skipped steps in a row (train.skip_limit)",
+                            skips_.consecutive)
+              : std::string(),
           ck.empty() ? std::string("There is no checkpoint")
                      : fmt::format("The last good checkpoint is {} (step {}): resume with "
                                    "--train.resume={}",
@@ -366,10 +419,21 @@ void Supervisor::poll_run() {
       phase_ = Phase::kDone;
       return;
     }
+    // A non-finite step under train.nonfinite = "skip": every rank skips its update alike; a
+    // join or a requested stop waits for the next step boundary.
+    const bool skip = !finite;
     const bool last_step = committed_ + 1 == opt_.steps;
-    const bool halt = stop_requested_ && !last_step;
-    const bool join = (!joiners_.empty() || halt) && !last_step;
-    set_string(*store_, keys::decision(g_, committed_), join ? "last" : "commit");
+    const bool halt = stop_requested_ && !last_step && !skip;
+    const bool join = (!joiners_.empty() || halt) && !last_step && !skip;
+    set_string(*store_, keys::decision(g_, committed_), skip ? "skip" : join ? "last" : "commit");
+    if (skip) {
+      skips_.total += 1;
+      skips_.consecutive += 1;
+    } else {
+      skips_.consecutive = 0;
+    }
+    rec.skipped = skip;
+    rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;
     rec.grad_norm = rec.reports.front().grad_norm;
     rec.lr = rec.reports.front().lr;
@@ -377,8 +441,10 @@ void Supervisor::poll_run() {
     rec.step_s = (now - last_commit_ms_) / 1000;
     last_commit_ms_ = now;
     ++committed_;
-    if (runtime::checkpoint_due(ctx_.config.train, rec.step))
+    if (runtime::checkpoint_due(ctx_.config.train, rec.step)) {
       pending_checkpoints_.insert(committed_);
+      checkpoint_skips_[committed_] = skips_;
+    }
     if (pending_ && !gen_committed_any_) report_recovery(rec.step, now);
     gen_committed_any_ = true;
     if (on_step) on_step(rec);

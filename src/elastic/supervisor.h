@@ -66,6 +66,8 @@ struct StepRecord {
   double lr = 0;
   double step_s = 0;    // since the previous commit
   std::string samples;  // hex FNV-1a of the sorted sample ids the step trained on
+  bool skipped = false;   // not finite, update skipped (train.nonfinite = "skip")
+  int skipped_total = 0;  // steps skipped so far, this one included
   std::vector<runtime::StepReport> reports;  // one per rank
 };
 
@@ -88,8 +90,18 @@ struct SupervisorOptions {
   double heartbeat_timeout_ms = 5000;
   double rejoin_after_ms = 0;   // 0 = lost nodes stay out
   double stop_grace_ms = 2000;  // survivors must stop within this after an abort
-  double startup_ms = 120000;   // first heartbeat of a new process (loading LibTorch)
+  double startup_ms = 120000;   // first heartbeat of a new agent (loading LibTorch)
   double tick_sleep_ms = 3;
+  // Resume position of the non-finite skips (the checkpoint's): steps skipped so far, and how
+  // many of the last steps in a row (train.skip_limit bounds those).
+  int skipped = 0;
+  int consecutive_skips = 0;
+};
+
+// Non-finite steps skipped up to a step boundary (recorded in checkpoints).
+struct SkipCount {
+  int total = 0;
+  int consecutive = 0;
 };
 
 // How the run ended.
@@ -117,6 +129,8 @@ class Supervisor {
 
   const RunPlan& current() const { return run_; }
   int committed() const { return committed_; }
+  // The skips as of `steps_done` steps (a checkpoint's), known for due checkpoints and now.
+  SkipCount skips_at(int steps_done) const;
 
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const Event&)> on_event;
@@ -132,6 +146,8 @@ class Supervisor {
     bool in_plan = false;
     double lost_at_ms = 0;
     bool joining = false;  // started again, waiting for its workers to be up
+    double started_ms = 0;   // when its agent was (re)started
+    double agent_up_ms = 0;  // when that agent's first heartbeat was seen; 0 = not yet
   };
   struct Beat {
     int64_t count = -1;
@@ -150,6 +166,8 @@ class Supervisor {
   using Copy = std::tuple<int, int, int, int64_t, int64_t>;
   void publish(const RunPlan& run, int first_step, const std::vector<Copy>& copies);
   void detect();
+  // When a worker of `node` that has not sent its first heartbeat counts as hung (see detect()).
+  double worker_startup_deadline_ms(const NodeState& node, const Beat& beat) const;
   void node_lost(int node, const std::string& cause, double fail_ms);
   void fail_run(int worker, int status);
   void poll_run();
@@ -199,6 +217,8 @@ class Supervisor {
   std::set<int> used_faults_;
   double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
   int regroups_ = 0;          // generations re-formed with no failure, since the last commit
+  SkipCount skips_;           // as of committed_
+  std::map<int, SkipCount> checkpoint_skips_;  // steps done of a due checkpoint -> skips then
   bool stop_requested_ = false;
   bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected
                            // faults already matched to a lost node

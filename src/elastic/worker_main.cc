@@ -288,11 +288,25 @@ void run_generation(Context& cx, int g) {
     cx.state = std::make_unique<runtime::ModelState>(cx.config.train, model,
                                                      static_cast<uint64_t>(cx.config.model.seed));
     cx.state->steps_done = first_step;
+    // Generation 0's layers exist from the start, so a failure while the generation forms
+    // still finds a replica of each (and a later generation loads train.resume into them).
+    // A sharded rank builds one layer at a time and keeps only its slice.
+    if (g == 0) {
+      for (int l : layout.layers_of(rank)) {
+        if (layout.segmented(l)) {
+          auto [b, e] = layout.shard_range(rank, model::num_parameters(model, l));
+          cx.state->add_initial_shard(l, b, e);
+        } else {
+          cx.state->add_initial(l);
+        }
+      }
+    }
   }
   auto& state = *cx.state;
   BW_CHECK(state.steps_done == first_step,
            "worker {} has applied {} steps but generation {} starts at step {}", cx.args.worker,
            state.steps_done, g, first_step);
+  state.steps_skipped = start.value("skipped_steps", 0);
 
   auto signal = std::make_shared<runtime::AbortSignal>();
   AbortWatcher watcher(cx.args.store_host, cx.args.store_port, g, signal);
@@ -319,19 +333,6 @@ void run_generation(Context& cx, int g) {
       cx.injector->at(first_step, "state_transfer");
     }
     const auto mine = layout.layers_of(rank);
-    if (g == 0) {
-      // Initial weights; a sharded rank builds one layer at a time and keeps only its slice.
-      for (int l : state.layers())
-        if (std::find(mine.begin(), mine.end(), l) == mine.end()) state.drop(l);
-      for (int l : mine) {
-        if (layout.segmented(l)) {
-          auto [b, e] = layout.shard_range(rank, model::num_parameters(state.model(), l));
-          state.add_initial_shard(l, b, e);
-        } else {
-          state.add_initial(l);
-        }
-      }
-    }
     for (int l : mine) {
       const auto held = state.held_range(l);
       BW_CHECK(held.first < held.second || received.count(l),
@@ -339,7 +340,9 @@ void run_generation(Context& cx, int g) {
                g);
     }
     install(state, layout, rank, mine, received);
-    runtime::PhaseHook hook = [&cx](const char* phase) { cx.injector->at(cx.step, phase); };
+    runtime::PhaseHook hook = [&cx](const char* phase) {
+      if (cx.injector->at(cx.step, phase)) poison_gradients(cx.state->layer_map());
+    };
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
     const std::string resume = start.at("resume");
@@ -363,9 +366,13 @@ void run_generation(Context& cx, int g) {
         cx.store->add(keys::num_ready(g, step), 1);
         const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
         if (decision == "abort") break;
-        cx.injector->at(step, "commit");
-        worker.apply(step, prepared);
-        cx.injector->at(step, "optimizer");
+        if (decision == "skip") {  // not finite (train.nonfinite = "skip"): no update anywhere
+          worker.skip(step);
+        } else {
+          cx.injector->at(step, "commit");
+          worker.apply(step, prepared);
+          cx.injector->at(step, "optimizer");
+        }
         if (!committed_any) {
           // The layers this worker no longer runs are dropped once the new plan has committed
           // a step (until then they are still a valid source should this generation fail).
@@ -423,10 +430,13 @@ int run_worker_process(const WorkerArgs& args) {
     cx.store->setTimeout(cx.timeout);
     const auto period = milliseconds(std::clamp<int64_t>(
         static_cast<int64_t>(cx.config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
-    Heartbeat heartbeat(args.store_host, args.store_port, keys::worker_heartbeat(args.worker),
-                        period);
     cx.injector = std::make_unique<Injector>(parse_faults(cx.config.elastic.inject), args.node,
                                              args.device, cx.store);
+    cx.injector->at(0, "startup");  // a worker that hangs or dies before its first heartbeat
+    // The liveness signal starts before anything that may take long (the model, the data, the
+    // Gloo rendezvous): the coordinator allows a worker only its launch before the first beat.
+    Heartbeat heartbeat(args.store_host, args.store_port, keys::worker_heartbeat(args.worker),
+                        period);
     torch::set_num_threads(std::max(1, cx.config.train.threads_per_worker));
     set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
     int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),

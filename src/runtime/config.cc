@@ -151,7 +151,12 @@ std::vector<Section> build_schema() {
              "checkpoint sidecar JSON to resume from; \"\" = fresh run"),
         make("log_every", &R::train, &TrainConfig::log_every, "steps between metric lines"),
         make("sample_tokens", &R::train, &TrainConfig::sample_tokens,
-             "tokens of text generated after training; 0 = none")}},
+             "tokens of text generated after training; 0 = none"),
+        make("nonfinite", &R::train, &TrainConfig::nonfinite,
+             "a step with a non-finite loss or gradient norm: \"stop\" the run or \"skip\" "
+             "its update"),
+        make("skip_limit", &R::train, &TrainConfig::skip_limit,
+             "with nonfinite = \"skip\": steps skipped in a row before the run stops")}},
   };
 }
 

@@ -73,6 +73,10 @@ struct TrainConfig {
   std::string resume;        // checkpoint sidecar to resume from; empty = fresh run
   int log_every = 1;
   int sample_tokens = 200;  // generated after training; 0 = none
+  // A step whose loss or gradient norm is not finite: "stop" the run, or "skip" its update
+  // (Megatron-LM's overflow skip), at most skip_limit steps in a row.
+  std::string nonfinite = "stop";
+  int skip_limit = 5;
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -112,6 +116,7 @@ inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;  // pipeline.microbatch_s
 inline constexpr int64_t kMaxGlobalBatch = 1 << 24;     // microbatches x microbatch_size
 inline constexpr int64_t kMaxThreadsPerWorker = 256;
 inline constexpr int64_t kMaxSampleTokens = 1 << 20;
+inline constexpr int64_t kMaxSkipLimit = 1000;  // train.skip_limit
 inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;
 inline constexpr double kMinHeartbeatTimeoutS = 0.2, kMaxHeartbeatTimeoutS = 3600.0;
 

@@ -225,6 +225,9 @@ void validate(const RunConfig& c) {
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(t.log_every, 1, "train.log_every");
   in_range(t.sample_tokens, 0, kMaxSampleTokens, "train.sample_tokens");
+  require(t.nonfinite == "stop" || t.nonfinite == "skip", "train.nonfinite", "\"stop\" or \"skip\"",
+          "\"" + t.nonfinite + "\"");
+  in_range(t.skip_limit, 1, kMaxSkipLimit, "train.skip_limit");
 }
 
 void validate_devices(const RunConfig& c, int64_t devices) {

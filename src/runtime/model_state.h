@@ -88,6 +88,10 @@ class ModelState {
 
   // Steps committed and applied so far (the next step to run).
   int64_t steps_done = 0;
+  // Of those, steps skipped for a non-finite loss or gradient norm (train.nonfinite = "skip"):
+  // they consumed their samples but applied no update, and the learning-rate schedule does not
+  // advance over them (it runs on steps_done - steps_skipped updates, as Megatron-LM's does).
+  int64_t steps_skipped = 0;
 
   // Named parameters and optimizer tensors ("layers.{i}...") of `layers`, for checkpoint shards.
   NamedTensors parameters_of(const std::vector<int>& layers) const;

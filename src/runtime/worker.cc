@@ -197,7 +197,7 @@ PreparedStep Worker::prepare(int step) {
   r.rank = rank_;
   r.loss = loss;
   r.grad_norm = std::sqrt(sq_norm);
-  r.lr = lr_at(step, config_.train);
+  r.lr = lr_at(static_cast<int>(step - state_.steps_skipped), config_.train);
   r.compute_ms = stats.compute_ms;
   r.exec_ms = stats.total_ms;
   r.wait_ms = stats.wait_ms;
@@ -219,9 +219,18 @@ PreparedStep Worker::prepare(int step) {
 void Worker::apply(int step, const PreparedStep& prepared) {
   BW_CHECK(state_.steps_done == step, "rank {} applies step {} but has applied {} steps", rank_,
            step, state_.steps_done);
-  state_.optimizer().step(step, prepared.clip);
-  if (!shards_->empty()) shards_->apply(prepared.clip, lr_at(step, config_.train), config_.train);
+  const int lr_step = static_cast<int>(step - state_.steps_skipped);
+  state_.optimizer().step(lr_step, prepared.clip);
+  if (!shards_->empty()) shards_->apply(prepared.clip, lr_at(lr_step, config_.train), config_.train);
   state_.steps_done = step + 1;
+}
+
+void Worker::skip(int step) {
+  BW_CHECK(state_.steps_done == step, "rank {} skips step {} but has applied {} steps", rank_, step,
+           state_.steps_done);
+  zero_gradients(state_.layer_map());
+  state_.steps_done = step + 1;
+  state_.steps_skipped += 1;
 }
 
 StepReport Worker::run_step(int step) {

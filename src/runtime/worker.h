@@ -85,6 +85,9 @@ class Worker {
   PreparedStep prepare(int step);
   // Applies a prepared step (AdamW with the step's learning rate); state.steps_done = step + 1.
   void apply(int step, const PreparedStep& prepared);
+  // Skips a prepared step whose loss or gradient norm is not finite: no update, gradients
+  // zeroed, state.steps_done = step + 1 and state.steps_skipped + 1 (train.nonfinite = "skip").
+  void skip(int step);
   // prepare + apply, for runs without a coordinator's commit (one process).
   StepReport run_step(int step);
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -86,6 +87,34 @@ std::string sidecar_g32() {
             "extra": {}, "files": {"model.safetensors": {"bytes": 1, "crc32c": "00000000"},
             "optimizer.safetensors": {"bytes": 1, "crc32c": "00000000"}}})";
   fs::create_directories(dir() + "/ckpt/checkpoint-000008.tmp");
+  return d;
+}
+
+// An out_dir whose file `name` is a symbolic link to `target` (e.g. /dev/full): the run's write
+// of that file fails the way a full disk or an unwritable file does.
+std::string out_dir_with_link(const std::string& dir_name, const std::string& name,
+                              const std::string& target) {
+  const std::string d = dir() + "/" + dir_name;
+  fs::create_directories(d);
+  fs::remove_all(d + "/" + name);
+  if (target.empty()) {
+    fs::create_directories(d + "/" + name);  // a directory where the file goes
+  } else {
+    fs::create_symlink(target, d + "/" + name);
+  }
+  return d;
+}
+
+// An out_dir whose lock this test process holds (as a running train would): a run on it is
+// refused after planning, before any worker starts.
+std::string locked_out_dir() {
+  static const std::string d = [] {
+    const std::string path = dir() + "/locked_out";
+    fs::create_directories(path);
+    const int fd = open((path + "/.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    flock(fd, LOCK_EX);  // held until this process exits
+    return path;
+  }();
   return d;
 }
 
@@ -320,6 +349,44 @@ std::vector<Case> profile_cases() {
   };
 }
 
+std::vector<Case> measure_cases() {
+#ifdef BW_WITH_TORCH
+  const std::vector<std::string> m = {"profile",   "measure", "--model",  "tiny",
+                                      "--repeats", "1",       "--warmup", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = m;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  return {
+      {"measure_model_unknown",
+       {"profile", "measure", "--model", "nosuch"},
+       2,
+       "unknown model 'nosuch'"},
+      {"measure_mbs_zero", with({"--microbatch-size", "0"}), 2, "--microbatch-size"},
+      {"measure_mbs_huge", with({"--microbatch-size", "2000000000"}), 2, "--microbatch-size"},
+      {"measure_seq_len_neg", with({"--seq-len", "-1"}), 2, "--seq-len"},
+      {"measure_vocab_one", with({"--vocab-size", "1"}), 2, "--vocab-size"},
+      {"measure_repeats_huge", with({"--repeats", "1000000000"}), 2, "--repeats"},
+      {"measure_threads_nan", with({"--threads", "nan"}), 2, "threads"},
+      {"measure_output_full", with({"--output", "/dev/full"}), 2, "No space left on device"},
+      {"measure_output_no_dir", with({"--output", "/no/such/dir/p.json"}), 2,
+       "No such file or directory"},
+      {"measure_stdout_full", with({"--json", "--output", dir() + "/m.json"}), 2, "cannot write",
+       "/dev/full"},
+      // Huge but legal: says its cost before it starts, and finds the unusable output before it
+      // measures for hours.
+      {"measure_costly_says_so",
+       {"profile", "measure", "--model", "gpt2-124m", "--microbatch-size", "4096", "--seq-len",
+        "65536", "--output", "/no/such/dir/p.json"},
+       2,
+       "note: measuring gpt2-124m at microbatch 4096"},
+  };
+#else
+  return {};
+#endif
+}
+
 std::vector<Case> train_cases() {
 #ifdef BW_WITH_TORCH
   const std::string corpus = file("corpus.txt", std::string(20000, 'a'));
@@ -333,8 +400,8 @@ std::vector<Case> train_cases() {
   };
   const std::string ckpt = sidecar_g32();
   return {
-      {"train_world_wraps", with({"--cluster.nodes=1431655766", "--cluster.devices_per_node=3"}),
-       2, "cluster.nodes"},
+      {"train_world_wraps", with({"--cluster.nodes=1431655766", "--cluster.devices_per_node=3"}), 2,
+       "cluster.nodes"},
       {"train_world_limit", with({"--cluster.nodes=1000", "--cluster.devices_per_node=64"}), 2,
        "more than the limit of 1024"},
       {"train_number_huge", with({"--train.lr=1e400"}), 2, "train.lr"},
@@ -349,17 +416,23 @@ std::vector<Case> train_cases() {
        "elastic.step_timeout_s"},
       {"train_config_dev_zero", {"train", "/dev/zero"}, 2, "character device"},
       {"train_config_fifo", {"train", fifo()}, 2, "FIFO"},
-      {"train_config_huge", {"train", file("huge.toml", std::string(2 << 20, '#'))}, 2,
+      {"train_config_huge",
+       {"train", file("huge.toml", std::string(2 << 20, '#'))},
+       2,
        "more than the limit"},
-      {"train_data_fifo", {"train", "--quiet", "--model.name=tiny", "--data.path=" + fifo()}, 2,
+      {"train_data_fifo",
+       {"train", "--quiet", "--model.name=tiny", "--data.path=" + fifo()},
+       2,
        "not a regular file"},
-      {"train_data_dev_zero", {"train", "--quiet", "--model.name=tiny", "--data.path=/dev/zero"},
-       2, "not a regular file"},
+      {"train_data_dev_zero",
+       {"train", "--quiet", "--model.name=tiny", "--data.path=/dev/zero"},
+       2,
+       "not a regular file"},
       {"train_out_dir_is_file", with({"--train.out_dir=" + corpus}), 2, "not a directory"},
       {"train_out_dir_under_file", with({"--train.out_dir=/dev/null/run"}), 2, "not a directory"},
       {"train_resume_partial",
-       with({"--train.resume=" + cases_dir() + "/ckpt/checkpoint-000008.tmp"}),
-       2, "partial checkpoint"},
+       with({"--train.resume=" + cases_dir() + "/ckpt/checkpoint-000008.tmp"}), 2,
+       "partial checkpoint"},
       {"train_resume_missing", with({"--train.resume=" + cases_dir() + "/no_such_ckpt"}), 2,
        "no checkpoint"},
       {"train_resume_other_batch",
@@ -370,6 +443,61 @@ std::vector<Case> train_cases() {
        with({"--train.resume=" + ckpt, "--train.steps=10", "--pipeline.microbatches=8",
              "--pipeline.microbatch_size=4", "--data.seed=1"}),
        2, "--data.seed=42"},
+      // Outputs of a run: the resolved config and metrics.jsonl are checked writes.
+      {"train_config_toml_full",
+       with({"--devices=1",
+             "--train.out_dir=" + out_dir_with_link("config_full", "config.toml", "/dev/full")}),
+       2, "cannot write resolved config"},
+      {"train_metrics_full",
+       with({"--train.out_dir=" + out_dir_with_link("metrics_full", "metrics.jsonl", "/dev/full")}),
+       2, "cannot write metrics file"},
+      {"train_metrics_full_one_process",
+       with({"--devices=1", "--train.out_dir=" +
+                                out_dir_with_link("metrics_full1", "metrics.jsonl", "/dev/full")}),
+       2, "No space left on device"},
+      {"train_metrics_is_dir",
+       with({"--devices=1",
+             "--train.out_dir=" + out_dir_with_link("metrics_dir", "metrics.jsonl", "")}),
+       2, "Is a directory"},
+      // Divergence options.
+      {"train_nonfinite_unknown", with({"--train.nonfinite=ignore"}), 2,
+       "train.nonfinite must be \"stop\" or \"skip\""},
+      {"train_skip_limit_zero", with({"--train.skip_limit=0"}), 2, "train.skip_limit"},
+      {"train_skip_limit_huge", with({"--train.skip_limit=2000000000"}), 2, "train.skip_limit"},
+      {"train_inject_nan_phase", with({"--elastic.inject=nan:node=0:step=1:phase=forward"}), 2,
+       "its phase is grad_sync"},
+      {"train_inject_startup_nan", with({"--elastic.inject=nan:node=0:step=0:phase=startup"}), 2,
+       "its phase is grad_sync"},
+      {"train_inject_startup_agent", with({"--elastic.inject=agent:node=0:step=0:phase=startup"}),
+       2, "takes kill or hang"},
+      {"train_inject_kill_one_process",
+       with({"--devices=1", "--elastic.inject=kill:node=0:step=0"}), 2, "takes only nan"},
+      {"train_diverged_stop_one_process",
+       with({"--devices=1", "--train.steps=4", "--elastic.inject=nan:node=0:step=2"}), 2,
+       "training diverged at step 2"},
+      {"train_diverged_skip_limit_one_process",
+       with({"--devices=1", "--train.steps=4", "--train.nonfinite=skip", "--train.skip_limit=1",
+             "--elastic.inject=nan:node=0:step=1,nan:node=0:step=2"}),
+       2, "after 1 skipped steps in a row"},
+      // Invalid values and contradictions of train's own.
+      {"train_lr_nan", with({"--train.lr=nan"}), 2, "train.lr must be > 0"},
+      {"train_memory_neg", with({"--cluster.memory_gb=-1"}), 2, "cluster.memory_gb"},
+      {"train_memory_tiny", with({"--cluster.memory_gb=1e-9"}), 2, "raise cluster.memory_gb"},
+      {"train_heartbeat_inf", with({"--elastic.heartbeat_timeout_s=inf"}), 2,
+       "elastic.heartbeat_timeout_s"},
+      {"train_one_device_with_pipelines", with({"--devices=1", "--pipeline.pipelines=[2,2]"}), 2,
+       "drop one of the two"},
+      {"train_devices_vs_pipelines", with({"--devices=3", "--pipeline.pipelines=[2,2]"}), 2,
+       "make them agree"},
+      {"train_inject_unknown_action", with({"--elastic.inject=boom:node=0:step=0"}), 2,
+       "unknown action 'boom'"},
+      {"train_inject_no_such_node", with({"--elastic.inject=kill:node=9:step=0"}), 2,
+       "name a node, device and step of this run"},
+      {"train_inject_past_the_end", with({"--elastic.inject=kill:node=1:step=5"}), 2, "steps 0..0"},
+      // Huge but legal: says its cost before it starts (here it is then refused by the lock).
+      {"train_costly_says_so",
+       with({"--train.steps=2000000000", "--train.out_dir=" + locked_out_dir()}), 2,
+       "note: this run needs at least"},
       {"train_resume_past_end",
        with({"--train.resume=" + ckpt, "--train.steps=4", "--pipeline.microbatches=8",
              "--pipeline.microbatch_size=4"}),
@@ -383,7 +511,7 @@ std::vector<Case> train_cases() {
 std::vector<Case> all_cases() {
   std::vector<Case> all;
   for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(),
-                    train_cases()}) {
+                    measure_cases(), train_cases()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;

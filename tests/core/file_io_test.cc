@@ -76,6 +76,32 @@ TEST(FileIo, WriteErrorsAreConfigErrors) {
   EXPECT_EQ(read_file(p, 10, "test"), "abc");
 }
 
+// Appending (metrics.jsonl on resume) keeps what was there; without append the file starts over;
+// each appended write is checked like any other.
+TEST(FileIo, AppendKeepsEarlierLinesAndChecksEachWrite) {
+  const std::string p = dir() + "/metrics.jsonl";
+  write_file(p, "line 1\n", "metrics file");
+  {
+    FileWriter out(p, "metrics file", /*append=*/true);
+    out.write("line 2\n");
+    out.close();
+  }
+  EXPECT_EQ(read_file(p, 100, "test"), "line 1\nline 2\n");
+  {
+    FileWriter out(p, "metrics file");
+    out.write("fresh\n");
+    out.close();
+  }
+  EXPECT_EQ(read_file(p, 100, "test"), "fresh\n");
+  const std::string full = error_of([] {
+    FileWriter out("/dev/full", "metrics file", /*append=*/true);
+    out.write("x\n");
+  });
+  EXPECT_NE(full.find("cannot write metrics file '/dev/full': No space left on device"),
+            std::string::npos)
+      << full;
+}
+
 TEST(FileIo, DurableWritesReplaceWholeAndLeaveNoTmp) {
   const std::string p = dir() + "/durable.json";
   write_file_durably(p, "old", "test");

@@ -7,9 +7,9 @@
 // tolerance (docs/runtime.md). Replicas being bitwise identical is checked by the coordinator at
 // the end of every run (a mismatch is an internal error, exit 1). Beyond f, the run stops with
 // exit status 3, names what to resume from, and the resumed run matches the failure-free one.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -25,7 +25,12 @@
 #include <thread>
 
 #include "../runtime/cli_runner.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "model/gpt.h"
 #include "runtime/checkpointing.h"
+#include "runtime/config.h"
+#include "runtime/optimizer.h"
 
 namespace bw::elastic {
 namespace {
@@ -476,6 +481,238 @@ TEST(BeyondF, LostLayersStopCleanlyAndResumeMatchesTheFailureFreeRun) {
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   expect_exactly_once(resumed, want, 4);
   expect_same_state(resumed.out_dir, want.out_dir, steps);
+}
+
+}  // namespace
+}  // namespace bw::elastic
+
+namespace bw::elastic {
+namespace {
+
+// ---- Non-finite steps skipped (train.nonfinite = "skip"), against a reference that skips them
+// by construction: a plain training loop over the whole model in this process (layers built from
+// the same seeds, the same sampler, AdamW, clipping), written here without the runtime's worker,
+// executor or coordinator, that never runs the skipped steps' samples and advances the
+// learning-rate schedule only on the updates it applies (Megatron-LM's rule).
+
+std::vector<std::string> skip_args(int nodes, int steps) {
+  auto args = base_args(nodes, steps);
+  args.push_back("--train.warmup_steps=4");  // a skip in the warm-up shifts the later rates
+  args.push_back("--train.nonfinite=skip");
+  return args;
+}
+
+// The config a CLI argument list resolves to (its --section.key=value overrides).
+runtime::RunConfig config_of(const std::vector<std::string>& args) {
+  std::vector<std::string> overrides;
+  for (const auto& a : args) {
+    if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) overrides.push_back(a);
+  }
+  overrides.push_back("--train.out_dir=" + (fs::path(dir()) / "config_of").string());
+  return runtime::load_run_config("", runtime::overrides_from_args(overrides));
+}
+
+// Final parameters and AdamW state of the plain loop that leaves out `skipped` steps.
+std::map<std::string, torch::Tensor> skipping_reference(const runtime::RunConfig& config,
+                                                        const std::set<int>& skipped) {
+  torch::set_num_threads(1);
+  const auto dataset = data::TokenDataset::open(config.data.path);
+  const auto model = model::named_config(config.model.name, dataset.vocab_size());
+  data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
+  std::vector<std::shared_ptr<model::Layer>> layers;
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (int l = 0; l < model::num_layers(model); ++l) {
+    layers.push_back(model::build_layer(model, l, static_cast<uint64_t>(config.model.seed)));
+    for (const auto& [name, p] : layers.back()->parameter_list()) {
+      params.emplace_back(runtime::checkpoint_tensor_name(l, name), p);
+    }
+  }
+  runtime::Optimizer optimizer(params, config.train);
+  const int m = config.pipeline.microbatches, mbs = config.pipeline.microbatch_size;
+  int updates = 0;
+  for (int step = 0; step < config.train.steps; ++step) {
+    if (skipped.count(step)) continue;  // its samples are never trained on, no update
+    for (auto& [name, p] : params) p.mutable_grad() = torch::zeros_like(p);
+    for (int j = 0; j < m; ++j) {
+      auto [x, y] = sampler.batch(int64_t{step} * m * mbs + int64_t{j} * mbs, mbs);
+      for (auto& layer : layers) x = layer->forward(x);
+      (model::lm_loss(x, y) / m).backward();
+    }
+    std::vector<torch::Tensor> ps;
+    for (auto& [name, p] : params) ps.push_back(p);
+    const double clip = runtime::clip_scale(runtime::grad_sq_norm(ps), config.train.grad_clip);
+    optimizer.step(updates++, clip);  // the schedule advances on applied updates only
+  }
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, p] : params) out[name] = p.detach().clone();
+  for (auto& [name, t] : optimizer.state_tensors()) out[name] = t;
+  return out;
+}
+
+// A run's final checkpoint holds only finite numbers and matches the reference.
+void expect_matches_reference(const TrainRun& got, const std::map<std::string, torch::Tensor>& want,
+                              int steps) {
+  const auto ckpt = runtime::load_checkpoint(runtime::checkpoint_dir(got.out_dir, steps));
+  int bad = 0;
+  for (const auto& [name, ref] : want) {
+    const auto& tensors = ckpt.weights.count(name) ? ckpt.weights : ckpt.optimizer;
+    ASSERT_TRUE(tensors.count(name)) << name << " missing";
+    const auto& t = tensors.at(name);
+    if (ref.scalar_type() == torch::kInt64) {
+      EXPECT_TRUE(torch::equal(t, ref)) << name << ": AdamW step " << t << " vs " << ref;
+      continue;
+    }
+    EXPECT_TRUE(torch::isfinite(t).all().item<bool>()) << name << " holds a NaN or Inf";
+    const auto excess = (t - ref).abs() - (kAbsTolerance + 1e-4 * ref.abs());
+    if (excess.max().item<double>() > 0 && bad++ < 5) {
+      ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
+    }
+  }
+}
+
+// Metrics: every step has a line; the skipped ones say so, their samples are the failure-free
+// run's (consumed, not shifted), and the learning rate follows the applied updates.
+void expect_skips_reported(const TrainRun& got, const TrainRun& plain, const std::set<int>& skipped,
+                           const runtime::TrainConfig& train, int first_step = 0) {
+  ASSERT_EQ(got.steps.size() + first_step, static_cast<size_t>(train.steps)) << got.output;
+  int before = 0;
+  for (int s = 0; s < first_step; ++s) before += skipped.count(s);
+  for (const auto& line : got.steps) {
+    const int s = line.at("step");
+    const bool skip = skipped.count(s) > 0;
+    EXPECT_EQ(line.at("skipped").get<bool>(), skip) << "step " << s;
+    EXPECT_EQ(line.at("samples"), plain.steps.at(s).at("samples")) << "step " << s;
+    EXPECT_NEAR(line.at("lr").get<double>(), runtime::lr_at(s - before, train), 1e-12)
+        << "step " << s;
+    before += skip;
+    EXPECT_EQ(line.at("skipped_total").get<int>(), before) << "step " << s;
+  }
+}
+
+TEST(NonFinite, SkippedStepsInWorkersMatchAReferenceThatNeverRanThem) {
+  const int steps = 8;
+  const std::set<int> skipped = {1, 5};
+  const auto& plain = reference(4, steps);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  auto args = skip_args(4, steps);
+  // Node 1's worker (one pipeline) poisons step 1, node 2's (the other) step 5.
+  args.push_back("--elastic.inject=nan:node=1:step=1,nan:node=2:step=5");
+  const auto got = train("skip_workers", args);
+  ASSERT_FALSE(got.timed_out) << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  const auto config = config_of(args);
+  expect_skips_reported(got, plain, skipped, config.train);
+  expect_matches_reference(got, skipping_reference(config, skipped), steps);
+  EXPECT_EQ(count_events(got, "node_lost"), 0) << got.output;
+}
+
+TEST(NonFinite, SkippedStepsInOneProcessMatchTheSameReference) {
+  const int steps = 8;
+  const std::set<int> skipped = {1, 5};
+  const auto& plain = reference(4, steps);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  auto args = skip_args(4, steps);
+  args.push_back("--devices=1");
+  args.push_back("--elastic.inject=nan:node=0:step=1,nan:node=0:step=5");
+  const auto got = train("skip_one_process", args);
+  ASSERT_FALSE(got.timed_out) << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  const auto config = config_of(args);
+  expect_skips_reported(got, plain, skipped, config.train);
+  expect_matches_reference(got, skipping_reference(config, skipped), steps);
+}
+
+// A checkpoint written after a skip resumes exactly: the resumed run's schedule still counts
+// the skip (the sidecar records it) and ends where the reference ends.
+TEST(NonFinite, ResumeAfterASkipEndsWhereTheReferenceEnds) {
+  const int steps = 8;
+  const std::set<int> skipped = {2};
+  const auto& plain = reference(4, steps);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  auto first = skip_args(4, steps);
+  first.push_back("--train.checkpoint_every=4");
+  first.push_back("--elastic.inject=nan:node=3:step=2");
+  const auto a = train("skip_then_checkpoint", first);
+  ASSERT_EQ(a.status, 0) << a.output;
+  auto second = skip_args(4, steps);
+  second.push_back("--train.resume=" + runtime::checkpoint_dir(a.out_dir, 4));
+  const auto b = train("skip_resumed", second);
+  ASSERT_EQ(b.status, 0) << b.output;
+  const auto config = config_of(second);
+  expect_skips_reported(b, plain, skipped, config.train, 4);
+  expect_matches_reference(b, skipping_reference(config, skipped), steps);
+}
+
+TEST(NonFinite, ResumeAfterASkipInOneProcessEndsWhereTheReferenceEnds) {
+  const int steps = 8;
+  const std::set<int> skipped = {1};
+  const auto& plain = reference(4, steps);
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  auto first = skip_args(4, steps);
+  first.push_back("--devices=1");
+  first.push_back("--train.checkpoint_every=3");
+  first.push_back("--elastic.inject=nan:node=0:step=1");
+  const auto a = train("skip_then_checkpoint_one_process", first);
+  ASSERT_EQ(a.status, 0) << a.output;
+  auto second = skip_args(4, steps);
+  second.push_back("--devices=1");
+  second.push_back("--train.resume=" + runtime::checkpoint_dir(a.out_dir, 3));
+  const auto b = train("skip_resumed_one_process", second);
+  ASSERT_EQ(b.status, 0) << b.output;
+  const auto config = config_of(second);
+  expect_skips_reported(b, plain, skipped, config.train, 3);
+  expect_matches_reference(b, skipping_reference(config, skipped), steps);
+}
+
+// The default (stop), and more skips in a row than train.skip_limit: the run stops at the
+// non-finite step with exit status 2 and writes no NaN (no checkpoint of that step exists).
+TEST(NonFinite, StopAndTheSkipLimitEndTheRunAtTheNonFiniteStep) {
+  auto stop = base_args(4, 6);
+  stop.push_back("--elastic.inject=nan:node=1:step=3");
+  const auto a = train("nonfinite_stop", stop);
+  EXPECT_EQ(a.status, 2) << a.output;
+  EXPECT_NE(a.output.find("training diverged at step 3"), std::string::npos) << a.output;
+  EXPECT_EQ(a.steps.size(), 3u) << a.output;
+  EXPECT_TRUE(runtime::latest_checkpoint(a.out_dir).empty());
+
+  auto limited = skip_args(4, 6);
+  limited.push_back("--train.skip_limit=1");
+  limited.push_back("--elastic.inject=nan:node=1:step=2,nan:node=2:step=3");
+  const auto b = train("nonfinite_limit", limited);
+  EXPECT_EQ(b.status, 2) << b.output;
+  EXPECT_NE(b.output.find("training diverged at step 3"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("after 1 skipped steps in a row"), std::string::npos) << b.output;
+  ASSERT_EQ(b.steps.size(), 3u) << b.output;
+  EXPECT_TRUE(b.steps.at(2).at("skipped").get<bool>());
+}
+
+}  // namespace
+}  // namespace bw::elastic
+
+namespace bw::elastic {
+namespace {
+
+// A worker that hangs while starting up (SIGSTOP before its first heartbeat) is found by its
+// missing first heartbeat, named, and its node fenced; the run continues on the other nodes and
+// matches the failure-free run. elastic.step_timeout_s is far above this test's deadline, so the
+// step timeout (or a start-up grace derived from it) cannot be what finds it.
+TEST(Startup, WorkerHungBeforeItsFirstHeartbeatIsFoundAndNamed) {
+  const int steps = 8;
+  const auto& want = reference(4, steps);
+  ASSERT_EQ(want.status, 0) << want.output;
+  auto args = base_args(4, steps);
+  args.push_back(fmt::format("--elastic.step_timeout_s={}", 4 * kDeadlineS));
+  args.push_back("--elastic.inject=hang:node=2:step=0:phase=startup");
+  const auto got = train("startup_hang", args);
+  ASSERT_FALSE(got.timed_out) << "not found before the deadline:\n" << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  ASSERT_EQ(count_events(got, "node_lost"), 1) << got.output;
+  const auto cause = got.events.front().at("cause").get<std::string>();
+  EXPECT_NE(cause.find("worker 2 sent no first heartbeat"), std::string::npos) << cause;
+  EXPECT_EQ(got.events.front().at("nodes"), std::vector<int>{2});
+  expect_exactly_once(got, want);
+  expect_same_state(got.out_dir, want.out_dir, steps);
+  expect_no_process_left(got);
 }
 
 }  // namespace
