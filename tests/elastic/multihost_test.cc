@@ -370,17 +370,17 @@ int processes_in(const std::string& netns) { return static_cast<int>(pids_in(net
 struct Launch {
   Cluster c;
   std::string hostfile;
-  Launch(const std::string& name, int steps, const std::string& model = "tiny") : c(4, name) {
+  Launch(const std::string& name, int steps, const std::string& ssh = "ip netns exec")
+      : c(4, name) {
     hostfile = c.out_dir + ".hosts";
     std::ofstream out(hostfile);
     out << "# four test hosts\n";
     for (int h = 1; h <= 4; ++h) out << c.hosts.host(h) << " slots=1\n";
     out.close();
     std::vector<std::string> args = {
-        BW_BINARY,  "launch",   "--quiet", "--log-level=info", "--hostfile",      hostfile,
-        "--listen", c.listen(), "--ssh",   "ip netns exec",    "--remote-binary", BW_BINARY,
-        "--wait-s", "60"};
-    for (auto& a : config_args(4, steps, c.out_dir, model)) args.push_back(a);
+        BW_BINARY,  "launch", "--quiet", "--log-level=info", "--hostfile", hostfile,   "--listen",
+        c.listen(), "--ssh",  ssh,       "--remote-binary",  BW_BINARY,    "--wait-s", "60"};
+    for (auto& a : config_args(4, steps, c.out_dir)) args.push_back(a);
     c.coordinator = std::make_unique<NsProcess>(
         c.hosts.host(0), args, c.log("coordinator"),
         std::vector<std::pair<std::string, std::string>>{{"BW_RUN_TOKEN", kToken}});
@@ -440,7 +440,9 @@ TEST(Launch, CtrlCStopsTheRunAndEveryAgent) {
 
 TEST(Launch, AKilledLauncherTakesEveryAgentWithIt) {
   SKIP_WITHOUT_NETNS();
-  Launch l("launch_killed", 3000);
+  // As over ssh, the agent is not the launcher's child: `setsid -w` forks it off, so it does not
+  // die with the launcher's child (which gets SIGTERM), only through its closed input.
+  Launch l("launch_killed", 3000, "setsid -w ip netns exec");
   ASSERT_TRUE(l.c.hosts.ok());
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_metrics(l.c.out_dir).steps.size() < 2 && !l.c.coordinator->poll() &&
