@@ -10,10 +10,12 @@
 //
 // The cases skip (GTEST_SKIP, with the reason) where namespaces cannot be made: not root, no
 // `ip netns`. Store hosting on loopback only is checked without namespaces.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -96,17 +98,31 @@ Metrics read_metrics(const std::string& out_dir) {
   return m;
 }
 
-// The failure-free run on this host (loopback), once per configuration.
+// The failure-free run on this host (loopback). CTest runs each case in its own process, so
+// references are shared on disk by every process of this binary build (under a lock).
 const std::string& reference(int nodes, int steps, const std::string& model = "tiny") {
   static std::map<std::tuple<int, int, std::string>, std::string> done;
   auto& out = done[{nodes, steps, model}];
   if (!out.empty()) return out;
-  const auto out_dir =
-      (fs::path(dir()) / fmt::format("reference_{}_{}_{}", nodes, steps, model)).string();
-  std::vector<std::string> args = {"train", "--quiet"};
-  for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
-  const auto r = testing::run_cli(args, out_dir + ".log", kDeadlineS);
-  EXPECT_EQ(r.status, 0) << r.output;
+  const auto stamp = fs::last_write_time(BW_BINARY).time_since_epoch().count();
+  const auto shared = fs::temp_directory_path() /
+                      fmt::format("bw_multihost_refs_{:x}",
+                                  std::hash<std::string>{}(fmt::format("{}{}", BW_BINARY, stamp)));
+  fs::create_directories(shared);
+  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
+  ::flock(lock, LOCK_EX);
+  const auto name = fmt::format("reference_{}_{}_{}", nodes, steps, model);
+  const auto out_dir = (shared / name).string();
+  if (!fs::exists(shared / (name + ".done"))) {
+    fs::remove_all(out_dir);
+    std::vector<std::string> args = {"train", "--quiet"};
+    for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
+    const auto r = testing::run_cli(args, out_dir + ".log", kDeadlineS);
+    EXPECT_EQ(r.status, 0) << r.output;
+    if (r.status == 0) std::ofstream(shared / (name + ".done")) << "ok\n";
+  }
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
   out = out_dir;
   return out;
 }
