@@ -146,7 +146,11 @@ void add_train(CLI::App& app) {
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
     const auto config = runtime::load_run_config(args->config_path, overrides);
     if (args->devices > 0) runtime::validate_devices(config, args->devices);
-    if (!args->quiet) fmt::print("# resolved config\n{}\n", runtime::to_toml(config));
+    if (!args->quiet) {
+      auto shown = config;
+      if (!shown.elastic.run_token.empty()) shown.elastic.run_token = "<hidden>";
+      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
+    }
     elastic::CoordinatorOptions options;
     options.devices = args->devices;
     const bool tty = isatty(fileno(stderr));
