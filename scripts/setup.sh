@@ -7,7 +7,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BW_BUILD_DIR:-$root/build}
 
 pkgs=(build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtorch-dev libgloo-dev libopenblas0-openmp fortunes librsvg2-bin)
+      nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtorch-dev libgloo-dev libopenblas0-openmp fortunes librsvg2-bin
+      libssl-dev iproute2)  # HMAC of the run token; network namespaces of the multi-host tests
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,11 +8,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "cli/registry.h"
+#include "core/error.h"
 #include "core/file_io.h"
 #include "elastic/coordinator.h"
+#include "elastic/launch.h"
+#include "elastic/net.h"
+#include "elastic/slurm.h"
+#include "elastic/token.h"
 #include "model/gpt.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
@@ -195,7 +202,11 @@ void add_train(CLI::App& app) {
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
     const auto config = runtime::load_run_config(args->config_path, overrides);
     if (args->devices > 0) runtime::validate_devices(config, args->devices);
-    if (!args->quiet) fmt::print("# resolved config\n{}\n", runtime::to_toml(config));
+    if (!args->quiet) {
+      auto shown = config;
+      if (!shown.elastic.run_token.empty()) shown.elastic.run_token = "<hidden>";
+      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
+    }
     elastic::CoordinatorOptions options;
     options.devices = args->devices;
     const bool tty = isatty(fileno(stderr));
@@ -215,7 +226,175 @@ void add_train(CLI::App& app) {
   });
 }
 
+struct CoordinatorArgs {
+  std::string config_path, listen, log_level;
+  int expect_nodes = 0;
+  double wait_s = 300;
+  std::vector<std::string> expect_names;
+  bool quiet = false;
+};
+
+void add_coordinator(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "coordinator", "Run a multi-host training run: host the store, wait for agents, supervise");
+  auto args = std::make_shared<CoordinatorArgs>();
+  cmd->add_option("config", args->config_path, "run config TOML (defaults when omitted)");
+  cmd->add_option("--listen", args->listen,
+                  "ADDR:PORT to listen on for agents (this host's address on their network; "
+                  "port 0 = any)")
+      ->required();
+  cmd->add_option("--expect-nodes", args->expect_nodes,
+                  "agents (nodes) to wait for before training starts (default: cluster.nodes)");
+  cmd->add_option("--wait-s", args->wait_s, "longest wait for them to register (default 300)");
+  cmd->add_option("--expect-names", args->expect_names,
+                  "node names to name in the message when some are missing")
+      ->delimiter(',');
+  cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
+  cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
+  cmd->allow_extras();
+  cmd->footer(
+      "\nOn every other host: BW_RUN_TOKEN=<the run token> breakwater agent --coordinator "
+      "ADDR:PORT\n"
+      "The run token is elastic.run_token or BW_RUN_TOKEN (required). The store has no\n"
+      "authentication of its own: listen on a trusted network only (docs/multihost.md).\n"
+      "Run config overrides work as for `train` (--section.key=value).");
+  cmd->callback([cmd, args] {
+    if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
+    const auto overrides = runtime::overrides_from_args(cmd->remaining());
+    auto config = runtime::load_run_config(args->config_path, overrides);
+    if (args->expect_nodes < 0 || cmd->count("--expect-nodes") > 0 && args->expect_nodes < 1) {
+      throw ConfigError(fmt::format("--expect-nodes must be >= 1, not {}", args->expect_nodes));
+    }
+    if (args->expect_nodes > 0) config.cluster.nodes = args->expect_nodes;
+    if (!(args->wait_s > 0)) throw ConfigError("--wait-s must be > 0");
+    if (!args->quiet) {
+      auto shown = config;
+      if (!shown.elastic.run_token.empty()) shown.elastic.run_token = "<hidden>";
+      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
+    }
+    elastic::CoordinatorOptions options;
+    options.listen = args->listen;
+    options.wait_s = args->wait_s;
+    options.expected_names = args->expect_names;
+    options.on_listen = [&config](const std::string& host, int port) {
+      fmt::print(stderr,
+                 "coordinator listening on {}:{}; waiting for {} agent(s): on each host run\n"
+                 "  BW_RUN_TOKEN=<the run token> breakwater agent --coordinator {}:{}\n",
+                 host, port, config.cluster.nodes, host, port);
+      std::fflush(stderr);
+    };
+    const bool tty = isatty(fileno(stderr));
+    if (!args->quiet) {
+      options.on_plan = print_plan;
+      options.on_step = [tty, &config](const elastic::StepSummary& s) {
+        print_progress(s, tty, config.train.log_every);
+      };
+      options.on_event = [tty](const elastic::Event& e) { print_event(e, tty); };
+    }
+    const auto summary = elastic::run_training(config, options);
+    if (!args->quiet) print_summary(summary);
+  });
+}
+
+struct LaunchArgs {
+  std::string config_path, hostfile, listen, log_level, remote_binary = "breakwater";
+  std::string ssh = "ssh -o BatchMode=yes";
+  double wait_s = 300;
+  bool quiet = false;
+};
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+void add_launch(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "launch", "Run a multi-host training run: the coordinator here, an agent per host over ssh");
+  auto args = std::make_shared<LaunchArgs>();
+  cmd->add_option("config", args->config_path, "run config TOML (defaults when omitted)");
+  cmd->add_option("--hostfile", args->hostfile,
+                  "hosts, one a line as `host slots=g` (DeepSpeed's format)")
+      ->required();
+  cmd->add_option("--listen", args->listen,
+                  "ADDR:PORT the coordinator listens on (default: this host's address towards "
+                  "the first host, port 29500)");
+  cmd->add_option("--ssh", args->ssh,
+                  "command that runs its arguments on a host, the host first (default \"ssh -o "
+                  "BatchMode=yes\")");
+  cmd->add_option("--remote-binary", args->remote_binary,
+                  "breakwater on the hosts (default: `breakwater` on their PATH)");
+  cmd->add_option("--wait-s", args->wait_s,
+                  "longest wait for the agents to register (default 300)");
+  cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
+  cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
+  cmd->allow_extras();
+  cmd->footer(
+      "\nEach agent gets the run token (elastic.run_token, BW_RUN_TOKEN, or a fresh random one) "
+      "on\n"
+      "its standard input and stops when the launcher does (end of the run, an error, Ctrl-C).\n"
+      "cluster.nodes and cluster.devices_per_node come from the hostfile. Run config overrides\n"
+      "work as for `train` (--section.key=value); see docs/multihost.md.");
+  cmd->callback([cmd, args] {
+    if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
+    const auto overrides = runtime::overrides_from_args(cmd->remaining());
+    auto config = runtime::load_run_config(args->config_path, overrides);
+    std::ifstream in(args->hostfile);
+    if (!in) throw ConfigError(fmt::format("cannot read the hostfile '{}'", args->hostfile));
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto hosts = elastic::parse_hostfile(text.str(), args->hostfile);
+    config.cluster.nodes = static_cast<int>(hosts.size());
+    config.cluster.devices_per_node = hosts.front().slots;
+    runtime::validate(config);
+    if (!(args->wait_s > 0)) throw ConfigError("--wait-s must be > 0");
+    const auto shell = split_words(args->ssh);
+    if (shell.empty()) throw ConfigError("--ssh is empty; give the remote shell, e.g. ssh");
+    std::string listen = args->listen;
+    if (listen.empty()) {
+      listen = fmt::format("{}:{}", elastic::local_address_towards(hosts.front().host),
+                           elastic::kDefaultCoordinatorPort);
+    }
+    std::string token = elastic::coordinator_token(config, false);
+    if (token.empty()) token = elastic::random_hex(16);
+    config.elastic.run_token = token;
+    if (!args->quiet) {
+      auto shown = config;
+      shown.elastic.run_token = "<hidden>";
+      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
+    }
+    elastic::Launcher launcher(shell, args->remote_binary);
+    elastic::CoordinatorOptions options;
+    options.listen = listen;
+    options.wait_s = args->wait_s;
+    for (const auto& h : hosts) options.expected_names.push_back(h.host);
+    options.on_listen = [&](const std::string& host, int port) {
+      const auto where = fmt::format("{}:{}", host, port);
+      for (const auto& h : hosts) {
+        runtime::log(runtime::LogLevel::kInfo, "starting the agent of {}: {}", h.host,
+                     fmt::join(launcher.command(h, where), " "));
+        launcher.start(h, where, token);
+      }
+    };
+    const bool tty = isatty(fileno(stderr));
+    if (!args->quiet) {
+      options.on_plan = print_plan;
+      options.on_step = [tty, &config](const elastic::StepSummary& s) {
+        print_progress(s, tty, config.train.log_every);
+      };
+      options.on_event = [tty](const elastic::Event& e) { print_event(e, tty); };
+    }
+    const auto summary = elastic::run_training(config, options);
+    launcher.stop(10000);
+    if (!args->quiet) print_summary(summary);
+  });
+}
+
 const Registrar kRegister("train", 50, add_train);
+const Registrar kRegisterLaunch("launch", 52, add_launch);
+const Registrar kRegisterCoordinator("coordinator", 51, add_coordinator);
 
 }  // namespace
 }  // namespace bw::cli

@@ -1,6 +1,7 @@
 #include "elastic/agent.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -9,51 +10,84 @@
 
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "elastic/net.h"
 #include "elastic/process.h"
+#include "elastic/token.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
 
 namespace bw::elastic {
+namespace {
 
-int run_agent(const AgentArgs& args) {
-  using namespace std::chrono;
+using namespace std::chrono;
+using Store = c10::intrusive_ptr<c10d::TCPStore>;
+
+Store connect_store(const std::string& host, int port, milliseconds timeout) {
   c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(args.store_port);
+  opts.port = static_cast<uint16_t>(port);
   opts.isServer = false;
   opts.waitWorkers = false;
-  opts.timeout = seconds(60);
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(args.store_host, opts);
-  } catch (const std::exception& e) {
-    throw CommError(fmt::format("agent of node {} cannot reach the coordinator's store at {}:{}: {}",
-                                args.node, args.store_host, args.store_port, e.what()));
-  }
-  const auto bytes = store->get(keys::config());
-  const auto config =
-      runtime::parse_run_config(std::string(bytes.begin(), bytes.end()), "the coordinator's config", {});
-  const auto period = milliseconds(std::clamp<int64_t>(
-      static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// How one incarnation of a node ended.
+enum class End { kShutdown, kWorkerExited, kFenced, kStoreLost, kRunOver };
+
+struct Node {
+  int node = 0, devices = 1, incarnation = 0;
+  std::string gloo_host = "127.0.0.1";
+  bool remote = false;  // watch the fence and run-over keys
+};
+
+struct Ended {
+  End end;
+  int status = 0;  // kWorkerExited: the worker's exit status
+};
+
+// Starts the node's workers, heartbeats, watches them until the incarnation ends.
+Ended run_node(c10d::Store& store, const AgentArgs& args, const Node& n, milliseconds period) {
   const std::string exe = args.executable.empty() ? self_executable() : args.executable;
   std::vector<ChildProcess> workers;
   std::vector<int> ids;
-  for (int d = 0; d < args.devices; ++d) {
-    const int id = args.node * args.devices + d;
+  for (int d = 0; d < n.devices; ++d) {
+    const int id = n.node * n.devices + d;
     ids.push_back(id);
     workers.push_back(ChildProcess::spawn(
         exe, {exe, "worker", "--store-host", args.store_host, "--store-port",
               std::to_string(args.store_port), "--worker-id", std::to_string(id), "--node",
-              std::to_string(args.node), "--device", std::to_string(d), "--incarnation", std::to_string(args.incarnation)}));
+              std::to_string(n.node), "--device", std::to_string(d), "--incarnation",
+              std::to_string(n.incarnation), "--gloo-host", n.gloo_host}));
   }
+  auto kill_all = [&] {
+    for (auto& w : workers) w.kill();
+  };
   auto last_beat = steady_clock::now() - period;
   std::vector<bool> finished(workers.size(), false);
+  const auto fence = keys::node_fence(n.node, n.incarnation);
   while (true) {
     if (steady_clock::now() - last_beat >= period) {
       try {
-        store->add(keys::node_heartbeat(args.node), 1);
+        store.add(keys::node_heartbeat(n.node), 1);
+        if (n.remote) {
+          if (store.check({fence})) {
+            kill_all();
+            return {End::kFenced};
+          }
+          if (store.check({keys::run_over()})) {
+            // Workers leave by themselves after the shutdown; give them a moment.
+            for (auto& w : workers) w.wait_or_kill(seconds(5));
+            return {End::kRunOver};
+          }
+        }
       } catch (const std::exception&) {
-        for (auto& w : workers) w.kill();
-        return 3;  // the coordinator is gone
+        kill_all();
+        return {End::kStoreLost};
       }
       last_beat = steady_clock::now();
     }
@@ -70,23 +104,188 @@ int run_agent(const AgentArgs& args) {
         continue;
       }
       // A worker died or failed: report it at once, then take the node out.
-      const auto report = nlohmann::json{{"worker", ids[i]},
-                                         {"status", *status},
-                                         {"incarnation", args.incarnation}}
-                              .dump();
+      const auto report =
+          nlohmann::json{{"worker", ids[i]}, {"status", *status}, {"incarnation", n.incarnation}}
+              .dump();
       try {
-        store->set(keys::node_exit(args.node, args.incarnation),
-                   std::vector<uint8_t>(report.begin(), report.end()));
-        store->add(keys::exits(), 1);
+        store.set(keys::node_exit(n.node, n.incarnation),
+                  std::vector<uint8_t>(report.begin(), report.end()));
+        store.add(keys::exits(), 1);
       } catch (const std::exception&) {
       }
-      for (auto& w : workers) w.kill();
-      runtime::log(runtime::LogLevel::kInfo, "node {}: worker {} exited with status {}", args.node,
+      kill_all();
+      runtime::log(runtime::LogLevel::kInfo, "node {}: worker {} exited with status {}", n.node,
                    ids[i], *status);
-      return 3;
+      return {End::kWorkerExited, *status};
     }
-    if (left == 0) return 0;
+    if (left == 0) return {End::kShutdown};
     std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+milliseconds heartbeat_period(const runtime::RunConfig& config) {
+  return milliseconds(std::clamp<int64_t>(
+      static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+}
+
+runtime::RunConfig read_config(c10d::Store& store) {
+  return runtime::parse_run_config(get_string(store, keys::config()), "the coordinator's config",
+                                   {});
+}
+
+// `breakwater launch` holds the agent's standard input open for as long as the run lasts.
+void read_token_from_stdin(AgentArgs& args) {
+  std::string token;
+  char c = 0;
+  while (read(0, &c, 1) == 1 && c != '\n') token += c;
+  if (token.empty()) {
+    throw ConfigError("--token-stdin: standard input carried no run token (one line)");
+  }
+  args.token = token;
+  std::thread([] {
+    char buf[64];
+    while (read(0, buf, sizeof(buf)) > 0) {
+    }
+    runtime::log(runtime::LogLevel::kWarn,
+                 "the launcher has gone (standard input closed); "
+                 "stopping this agent and its workers");
+    _exit(3);  // the workers die with the agent (PR_SET_PDEATHSIG)
+  }).detach();
+}
+
+}  // namespace
+
+int run_agent(const AgentArgs& args) {
+  runtime::set_log_name(fmt::format("agent {}", args.node));
+  Store store;
+  try {
+    store = connect_store(args.store_host, args.store_port, seconds(60));
+  } catch (const std::exception& e) {
+    throw CommError(
+        fmt::format("agent of node {} cannot reach the coordinator's store at {}:{}: {}", args.node,
+                    args.store_host, args.store_port, e.what()));
+  }
+  const auto config = read_config(*store);
+  Node n;
+  n.node = args.node;
+  n.devices = args.devices;
+  n.incarnation = args.incarnation;
+  n.gloo_host = args.gloo_host.empty() ? "127.0.0.1" : args.gloo_host;
+  const auto ended = run_node(*store, args, n, heartbeat_period(config));
+  return ended.end == End::kShutdown ? 0 : 3;
+}
+
+int run_remote_agent(AgentArgs args) {
+  if (args.token_stdin) read_token_from_stdin(args);
+  if (args.node_name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    args.node_name = host;
+  }
+  runtime::set_log_name(fmt::format("agent {}", args.node_name));
+  Node n;
+  n.remote = true;
+  n.gloo_host = args.gloo_host.empty() ? gloo_address(args.store_host) : args.gloo_host;
+  const std::string where = fmt::format("{}:{}", args.store_host, args.store_port);
+  const auto give_up = [&] {
+    return CommError(fmt::format(
+        "agent '{}': the coordinator at {} could not be reached for {:.0f} s (--wait-s); is it "
+        "running, and is the address one it listens on?",
+        args.node_name, where, args.wait_s));
+  };
+  auto deadline = steady_clock::now() + milliseconds(static_cast<int64_t>(args.wait_s * 1000));
+  while (true) {
+    // Connect (c10d retries until the timeout) and register.
+    Store store;
+    runtime::RunConfig config;
+    int index = -1;
+    std::string nonce;
+    try {
+      const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+      if (left.count() <= 0) throw give_up();
+      store = connect_store(args.store_host, args.store_port, left);
+      store->wait({keys::config(), keys::nonce()}, left);
+      config = read_config(*store);
+      nonce = get_string(*store, keys::nonce());
+      if (store->check({keys::run_over()})) {
+        runtime::log(runtime::LogLevel::kInfo, "agent '{}': the run is over ({})", args.node_name,
+                     get_string(*store, keys::run_over()));
+        return 0;
+      }
+      index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
+      const auto doc = nlohmann::json{
+          {"name", args.node_name},
+          {"host", n.gloo_host},
+          {"devices", args.devices},
+          {"proof", args.token.empty() ? std::string() : token_proof(args.token, nonce, index)}};
+      const auto text = doc.dump();
+      store->set(keys::registration(index), std::vector<uint8_t>(text.begin(), text.end()));
+      // Accepted at once before the run starts, or at a step boundary when re-joining.
+      store->wait({keys::registration_reply(index)},
+                  milliseconds(static_cast<int64_t>(args.wait_s * 1000)));
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      runtime::log(runtime::LogLevel::kInfo, "{} not reachable yet: {}", where, e.what());
+      if (steady_clock::now() > deadline) throw give_up();
+      std::this_thread::sleep_for(milliseconds(500));
+      continue;
+    }
+    const auto reply = nlohmann::json::parse(get_string(*store, keys::registration_reply(index)));
+    if (!reply.at("ok").get<bool>()) {
+      if (store->check({keys::run_over()})) {
+        return get_string(*store, keys::run_over()) == "finished" ? 0 : 3;
+      }
+      throw ConfigError(fmt::format("agent '{}': the coordinator at {} refused this agent: {}",
+                                    args.node_name, where, reply.at("message").get<std::string>()));
+    }
+    n.node = reply.at("node");
+    n.incarnation = reply.at("incarnation");
+    n.devices = reply.at("devices");
+    runtime::log(runtime::LogLevel::kInfo,
+                 "agent '{}' is node {} (incarnation {}), {} worker(s), Gloo on {}", args.node_name,
+                 n.node, n.incarnation, n.devices, n.gloo_host);
+    // Store calls give up after one heartbeat timeout, as the coordinator does on this node.
+    store->setTimeout(milliseconds(
+        std::max<int64_t>(1000, static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000))));
+    const auto ended = run_node(*store, args, n, heartbeat_period(config));
+    switch (ended.end) {
+      case End::kShutdown:
+      case End::kRunOver: {
+        std::string how = "finished";
+        try {
+          store->setTimeout(seconds(30));
+          store->wait({keys::run_over()});
+          how = get_string(*store, keys::run_over());
+          store->add(keys::agents_gone(), 1);
+        } catch (const std::exception&) {
+          // The coordinator has gone already.
+        }
+        if (how == "finished") return 0;
+        runtime::log(runtime::LogLevel::kError, "agent '{}': the run stopped: {}", args.node_name,
+                     how);
+        return 3;
+      }
+      case End::kWorkerExited:
+        if (ended.status == 1 || ended.status == 2) return ended.status;
+        if (config.elastic.rejoin_after_s <= 0) return 3;
+        std::this_thread::sleep_for(
+            milliseconds(static_cast<int64_t>(config.elastic.rejoin_after_s * 1000)));
+        break;
+      case End::kFenced:
+        runtime::log(runtime::LogLevel::kWarn,
+                     "agent '{}': the coordinator took node {} out of the run (its heartbeats "
+                     "stopped arriving); registering again",
+                     args.node_name, n.node);
+        break;
+      case End::kStoreLost:
+        runtime::log(runtime::LogLevel::kWarn,
+                     "agent '{}': lost the connection to the coordinator at {}; stopped the "
+                     "workers, registering again when it answers",
+                     args.node_name, where);
+        break;
+    }
+    deadline = steady_clock::now() + milliseconds(static_cast<int64_t>(args.wait_s * 1000));
   }
 }
 

@@ -1,14 +1,13 @@
 #include "elastic/coordinator.h"
 
 #include <fmt/format.h>
-
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
-#include <cmath>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,17 +21,21 @@
 #include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "elastic/keys.h"
-#include "elastic/planning.h"
 #include "elastic/inject.h"
+#include "elastic/keys.h"
 #include "elastic/local_nodes.h"
+#include "elastic/net.h"
+#include "elastic/planning.h"
 #include "elastic/process.h"
+#include "elastic/remote_nodes.h"
+#include "elastic/store_host.h"
 #include "elastic/supervisor.h"
+#include "elastic/token.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
+#include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
 #include "runtime/resume_check.h"
-#include "runtime/log.h"
 
 namespace bw::elastic {
 namespace fs = std::filesystem;
@@ -178,8 +181,12 @@ std::string render_sample(const std::vector<int64_t>& tokens, int vocab_size) {
 
 }  // namespace
 
-RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptions& options) {
+RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOptions& options) {
   const auto t_start = SteadyClock::now();
+  const bool remote = !options.listen.empty();
+  const std::string token = remote ? coordinator_token(given, true) : std::string();
+  runtime::RunConfig config = given;
+  config.elastic.run_token.clear();  // never published, saved or checkpointed
   // Data and shapes first: a bad corpus is a clear error before any process starts.
   const std::string data_path =
       config.data.path.empty() ? data::default_corpus_path() : config.data.path;
@@ -197,6 +204,12 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
   }
   const int world = options.devices > 0 ? options.devices
                                         : config.cluster.nodes * config.cluster.devices_per_node;
+  if (remote && (options.devices > 0 || world < 2)) {
+    throw ConfigError(
+        fmt::format("a multi-host run needs at least 2 devices in all ({} node(s) of {}); raise "
+                    "--expect-nodes or cluster.devices_per_node",
+                    config.cluster.nodes, config.cluster.devices_per_node));
+  }
 
   RunSummary summary;
   const auto faults = parse_faults(config.elastic.inject);  // bad specs fail before any process
@@ -382,24 +395,32 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       record_step(std::move(s));
     }
   } else {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(config.elastic.store_port);
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    opts.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
-    c10::intrusive_ptr<c10d::TCPStore> store;
-    try {
-      store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
-    } catch (const std::exception& e) {
-      throw ConfigError(fmt::format(
-          "cannot host the store on port {}: {}; choose another elastic.store_port (0 = any)",
-          config.elastic.store_port, e.what()));
-    }
+    // Local runs listen on loopback only; multi-host runs where told (store_host.h).
+    HostPort listen{"127.0.0.1", config.elastic.store_port};
+    if (remote) listen = parse_host_port(options.listen, "--listen");
+    const auto store = host_store(
+        listen.host, listen.port,
+        std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
     const auto toml = runtime::to_toml(config);
     store->set(keys::config(), std::vector<uint8_t>(toml.begin(), toml.end()));
     const std::string exe = options.executable.empty() ? self_executable() : options.executable;
-    LocalNodes nodes(exe, "127.0.0.1", store->getPort(), ctx.devices_per_node);
+    std::unique_ptr<LocalNodes> local;
+    std::unique_ptr<RemoteNodes> hosts;
+    if (remote) {
+      hosts =
+          std::make_unique<RemoteNodes>(store, token, ctx.cluster.num_nodes, ctx.devices_per_node);
+      if (options.on_listen) options.on_listen(listen.host, store->getPort());
+      hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
+    } else {
+      local =
+          std::make_unique<LocalNodes>(exe, "127.0.0.1", store->getPort(), ctx.devices_per_node);
+    }
+    Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
+    // The run is over: local agents are killed, remote ones told (they exit by themselves).
+    auto end_nodes = [&](const std::string& how) {
+      if (local) local->kill_all();
+      if (hosts) hosts->end_run(how, 5000);
+    };
     SystemClock clock;
     SupervisorOptions so;
     so.steps = steps;
@@ -409,7 +430,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     so.consecutive_skips = skips.consecutive;
     so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
     so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
-    so.rejoin_after_ms = config.elastic.rejoin_after_s * 1000;
+    // Remote agents come back by themselves (after rejoin_after_s of their own).
+    so.rejoin_after_ms = remote ? 0 : config.elastic.rejoin_after_s * 1000;
     so.startup_ms = std::max(so.step_timeout_ms, 60000.0);
     so.stop_grace_ms = std::max(2000.0, so.heartbeat_timeout_ms);
     Supervisor sup(store, clock, nodes, ctx, run, so);
@@ -444,8 +466,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
                                 checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
       return summary.checkpoint;
     };
-    runtime::log(runtime::LogLevel::kInfo, "store on port {}, {} nodes", store->getPort(),
-                 ctx.cluster.num_nodes);
+    runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host,
+                 store->getPort(), ctx.cluster.num_nodes);
     sup.start();
     bool asked = false;
     while (sup.tick()) {
@@ -459,18 +481,18 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
     }
     const auto& out = sup.outcome();
     if (out.kind == Outcome::kInterrupted) {
-      nodes.kill_all();
+      end_nodes(out.message);
       if (out.checkpoint.empty()) throw Interrupted(out.message + "; no checkpoint was written");
       throw Interrupted(fmt::format("{}; wrote {}; {}", out.message, out.checkpoint,
                                     resume_hint(out.checkpoint)));
     }
     if (out.kind == Outcome::kFailed) {
-      nodes.kill_all();
+      end_nodes(out.message);
       if (out.config_error) throw ConfigError(out.message);
       throw InternalError(out.message);
     }
     if (out.kind == Outcome::kStopped) {
-      nodes.kill_all();
+      end_nodes(out.message);
       std::string how;
       if (!out.checkpoint.empty()) {
         how = fmt::format(
@@ -480,7 +502,8 @@ RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptio
       }
       throw CommError(out.message + how);
     }
-    nodes.wait_all(10000);
+    if (local) local->wait_all(10000);
+    if (hosts) hosts->end_run("finished", 10000);
   }
   summary.steps_done = steps - first_step;
   for (auto& share : summary.compute_share) share /= std::max(1, summary.steps_done);

@@ -1,7 +1,8 @@
 // The coordinator: the process that owns a training run (docs/elastic.md). It loads the data and
 // model shapes, plans generation 0 (planning.h), hosts the c10d TCPStore for the whole run (it
 // must outlive every worker), starts one agent per node (local child processes, `breakwater
-// agent`), and runs the supervisor (supervisor.h) until the run ends: steps committed, failures
+// agent`; or, for a multi-host run, waits for agents on other hosts to register themselves), and
+// runs the supervisor (supervisor.h) until the run ends: steps committed, failures
 // and joins turned into new generations, checkpoints merged from the ranks' shards, and at the
 // end a check that all replicas of every layer are bitwise identical (parameters and AdamW
 // state). It writes metrics.jsonl (a line per committed step and per event) and reports events
@@ -66,11 +67,20 @@ struct RunSummary {
 struct CoordinatorOptions {
   int devices = 0;         // > 0 overrides cluster.nodes * cluster.devices_per_node
   std::string executable;  // binary with the `worker` subcommand; empty = this one
+  // Multi-host (docs/multihost.md): host the store on this ADDR:PORT and wait for
+  // cluster.nodes agents to register (remote_nodes.h) instead of starting local ones.
+  std::string listen;
+  double wait_s = 300;                      // longest wait for the agents to register
+  std::vector<std::string> expected_names;  // named in the message when some are missing
+  // The store is up (multi-host): the address agents connect to.
+  std::function<void(const std::string& address, int port)> on_listen;
   std::function<void(const runtime::RunLayout&, const std::vector<std::string>& notes)> on_plan;
   std::function<void(const StepSummary&)> on_step;
   std::function<void(const Event&)> on_event;
 };
 
+// The run token (elastic.run_token) never leaves this function: the config that agents, workers,
+// config.toml and checkpoints see has it cleared.
 RunSummary run_training(const runtime::RunConfig& config, const CoordinatorOptions& options);
 
 }  // namespace bw::elastic

@@ -14,6 +14,20 @@ namespace bw::elastic::keys {
 // --- run level
 inline std::string config() { return "run/config"; }  // TOML of the resolved config
 inline std::string exits() { return "run/exits"; }    // counter: agent exit reports so far
+// Multi-host runs (remote_nodes.h): agents register themselves, proving the run token.
+inline std::string nonce() { return "run/nonce"; }      // random per run, for the token proofs
+inline std::string registrations() { return "reg/n"; }  // counter: registrations so far
+// JSON {"name", "devices", "host", "proof"} of registration k (k = counter value - 1).
+inline std::string registration(int k) { return fmt::format("reg/{}", k); }
+// JSON {"ok": true, "node", "incarnation", "devices"} | {"ok": false, "message"}.
+inline std::string registration_reply(int k) { return fmt::format("reg/{}/reply", k); }
+// The coordinator took this incarnation of the node out: its agent stops its workers.
+inline std::string node_fence(int node, int incarnation) {
+  return fmt::format("node/{}/{}/fence", node, incarnation);
+}
+// "finished" | the reason the run stopped: set once, when the run is over.
+inline std::string run_over() { return "run/over"; }
+inline std::string agents_gone() { return "run/bye"; }  // counter: agents that saw run_over
 // JSON {"worker", "status", "incarnation"}: an agent saw one of its workers exit.
 inline std::string node_exit(int node, int incarnation) {
   return fmt::format("node/{}/{}/exit", node, incarnation);

@@ -326,9 +326,11 @@ std::vector<int> Supervisor::live_workers_in_generation() const {
 
 void Supervisor::maybe_start_joins() {
   const double now = clock_.now_ms();
+  std::set<int> arrived;
+  for (int n : nodes_.arrived()) arrived.insert(n);
   for (auto& [node, st] : node_states_) {
-    if (!st.live && opt_.rejoin_after_ms > 0 && failed_.count(node) == 0 &&
-        now - st.lost_at_ms >= opt_.rejoin_after_ms) {
+    const bool due = opt_.rejoin_after_ms > 0 && now - st.lost_at_ms >= opt_.rejoin_after_ms;
+    if (!st.live && failed_.count(node) == 0 && (due || arrived.count(node) > 0)) {
       st.incarnation += 1;
       st.live = true;
       st.joining = true;

@@ -47,7 +47,8 @@ class SystemClock final : public Clock {
   double now_ms() override;
 };
 
-// The nodes' agents: started, killed and watched by the coordinator (local processes here).
+// The nodes' agents: started, killed and watched by the coordinator (local child processes,
+// local_nodes.h), or agents on other hosts that register themselves (remote_nodes.h).
 class Nodes {
  public:
   virtual ~Nodes() = default;
@@ -55,6 +56,8 @@ class Nodes {
   virtual void kill(int node) = 0;  // idempotent; the node's workers die with its agent
   // Agents that exited since the last call: (node, exit status; 128 + signal when killed).
   virtual std::vector<std::pair<int, int>> poll() = 0;
+  // Lost nodes whose agent came back by itself (remote agents register again): start() them.
+  virtual std::vector<int> arrived() { return {}; }
 };
 
 struct StepRecord {

@@ -317,8 +317,8 @@ void run_generation(Context& cx, int g) {
     // Groups rendezvous on their own connection: an abort may leave a join behind, blocked.
     auto group_store = connect(cx.args.store_host, cx.args.store_port, cx.timeout);
     runtime::TransportFactory factory = [&](const std::string& prefix, int r, int size) {
-      return runtime::make_gloo_transport(group_store, prefix, r, size, cx.timeout, "127.0.0.1",
-                                          signal);
+      return runtime::make_gloo_transport(group_store, prefix, r, size, cx.timeout,
+                                          cx.args.gloo_host, signal);
     };
     std::unique_ptr<runtime::Transport> world;
     if (layout.world_size() > 1)

@@ -129,7 +129,10 @@ std::vector<Section> build_schema() {
         make("rejoin_after_s", &R::elastic, &ElasticConfig::rejoin_after_s,
              "a lost node's agent is started again after this long (local runs); 0 = never"),
         make("inject", &R::elastic, &ElasticConfig::inject,
-             "faults to inject, e.g. \"kill:node=1:step=5:phase=grad_sync\" (docs/elastic.md)")}},
+             "faults to inject, e.g. \"kill:node=1:step=5:phase=grad_sync\" (docs/elastic.md)"),
+        make("run_token", &R::elastic, &ElasticConfig::run_token,
+             "secret the agents of a multi-host run present; \"\" = BW_RUN_TOKEN "
+             "(docs/multihost.md)")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),

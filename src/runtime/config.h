@@ -55,6 +55,7 @@ struct ElasticConfig {
   double heartbeat_timeout_s = 5.0;
   double rejoin_after_s = 0.0;  // 0 = a lost node stays out
   std::string inject;           // fault specs (elastic/inject.h); empty = none
+  std::string run_token;        // agents of a multi-host run must know it; "" = BW_RUN_TOKEN
   bool operator==(const ElasticConfig&) const = default;
 };
 

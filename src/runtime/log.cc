@@ -57,6 +57,11 @@ void set_log_prefix(int generation, int rank) {
   prefix() = fmt::format("[g{} r{}]", generation, rank);
 }
 
+void set_log_name(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu());
+  prefix() = fmt::format("[{}]", name);
+}
+
 void log_line(LogLevel level, const std::string& message) {
   static const char* kNames[] = {"error", "warn", "info", "debug"};
   std::lock_guard<std::mutex> lock(mu());

@@ -18,6 +18,7 @@ void set_log_level(LogLevel level);
 LogLevel parse_log_level(const std::string& name);
 bool log_enabled(LogLevel level);
 void set_log_prefix(int generation, int rank);
+void set_log_name(const std::string& name);  // prefix "[name]" (an agent, the coordinator)
 void log_line(LogLevel level, const std::string& message);
 
 template <typename... Args>

@@ -508,10 +508,62 @@ std::vector<Case> train_cases() {
 #endif
 }
 
+// Multi-host commands (docs/multihost.md): addresses, tokens, node counts.
+std::vector<Case> multihost_cases() {
+#ifdef BW_WITH_TORCH
+  const std::string corpus = file("corpus.txt", std::string(20000, 'a'));
+  auto coordinator = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {
+        "coordinator",       "--quiet",
+        "--model.name=tiny", "--data.path=" + corpus,
+        "--train.steps=1",   "--train.out_dir=" + cases_dir() + "/coordinator_out",
+        "--wait-s",          "1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::string token = "--elastic.run_token=hostile";
+  return {
+      {"coord_no_listen", {"coordinator"}, 2, "--listen is required"},
+      {"coord_no_token", coordinator({"--listen", "127.0.0.1:0"}), 2, "needs a run token"},
+      {"coord_listen_no_port", coordinator({"--listen", "127.0.0.1", token}), 2,
+       "is not ADDRESS:PORT"},
+      {"coord_listen_bad_port", coordinator({"--listen", "127.0.0.1:70000", token}), 2,
+       "a port in 0-65535"},
+      {"coord_listen_unknown_host", coordinator({"--listen", "no-such-host.invalid:0", token}), 2,
+       "cannot resolve 'no-such-host.invalid'"},
+      {"coord_listen_foreign_address", coordinator({"--listen", "192.0.2.1:0", token}), 2,
+       "cannot host the store on 192.0.2.1"},
+      {"coord_expect_zero", coordinator({"--listen", "127.0.0.1:0", token, "--expect-nodes", "0"}),
+       2, "--expect-nodes must be >= 1"},
+      {"coord_one_device", coordinator({"--listen", "127.0.0.1:0", token, "--expect-nodes", "1"}),
+       2, "needs at least 2 devices"},
+      {"coord_agents_missing",
+       coordinator(
+           {"--listen", "127.0.0.1:0", token, "--expect-nodes", "2", "--expect-names", "a,b"}),
+       3, "missing 2: a, b"},
+      {"agent_no_coordinator", {"agent"}, 2, "give --coordinator ADDR:PORT"},
+      {"agent_coordinator_malformed",
+       {"agent", "--coordinator", "10.0.0.1"},
+       2,
+       "is not ADDRESS:PORT"},
+      {"agent_coordinator_port_zero",
+       {"agent", "--coordinator", "10.0.0.1:0"},
+       2,
+       "needs the coordinator's port"},
+      {"agent_unreachable",
+       {"agent", "--coordinator", "127.0.0.1:1", "--wait-s", "1"},
+       3,
+       "could not be reached for 1 s"},
+  };
+#else
+  return {};
+#endif
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> all;
   for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(),
-                    measure_cases(), train_cases()}) {
+                    measure_cases(), train_cases(), multihost_cases()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;

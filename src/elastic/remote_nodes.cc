@@ -1,0 +1,283 @@
+#include "elastic/remote_nodes.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "elastic/keys.h"
+#include "elastic/token.h"
+#include "runtime/log.h"
+
+namespace bw::elastic {
+namespace {
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+// A registration counted but never written (its agent died in between) is skipped after this.
+constexpr double kUnwrittenMs = 10000;
+
+}  // namespace
+
+RemoteNodes::RemoteNodes(c10::intrusive_ptr<c10d::Store> store, std::string token, int nodes,
+                         int devices_per_node)
+    : store_(std::move(store)),
+      token_(std::move(token)),
+      nonce_(random_hex(16)),
+      nodes_(nodes),
+      devices_(devices_per_node),
+      slots_(static_cast<size_t>(nodes)) {
+  set_string(*store_, keys::nonce(), nonce_);
+}
+
+RemoteNodes::~RemoteNodes() {
+  if (ended_) return;
+  try {
+    end_run("the coordinator stopped", 0);
+  } catch (const std::exception&) {
+    // The store is gone: the agents find out by themselves.
+  }
+}
+
+void RemoteNodes::reply(int index, const std::string& json) {
+  set_string(*store_, keys::registration_reply(index), json);
+}
+
+void RemoteNodes::refuse(int index, const std::string& who, const std::string& why) {
+  ++refused_;
+  runtime::log(runtime::LogLevel::kWarn, "refused agent {}: {}", who, why);
+  reply(index, nlohmann::json{{"ok", false}, {"message", why}}.dump());
+}
+
+void RemoteNodes::scan() {
+  const int64_t count = store_->add(keys::registrations(), 0);
+  while (scanned_ < count) {
+    const auto key = keys::registration(scanned_);
+    if (!store_->check({key})) {
+      if (scan_blocked_since_ms_ == 0) scan_blocked_since_ms_ = now_ms();
+      if (now_ms() - scan_blocked_since_ms_ < kUnwrittenMs) return;
+      ++scanned_;  // its agent counted itself and never wrote: skip it
+      scan_blocked_since_ms_ = 0;
+      continue;
+    }
+    scan_blocked_since_ms_ = 0;
+    handle(scanned_, get_string(*store_, key));
+    ++scanned_;
+  }
+}
+
+void RemoteNodes::handle(int index, const std::string& json) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json);
+  } catch (const std::exception&) {
+    refuse(index, fmt::format("#{}", index), "its registration is not valid JSON");
+    return;
+  }
+  const std::string name = doc.value("name", std::string());
+  const std::string host = doc.value("host", std::string("?"));
+  const std::string proof = doc.value("proof", std::string());
+  const int devices = doc.value("devices", 0);
+  const std::string who = fmt::format("'{}' ({})", name, host);
+  if (proof.empty()) {
+    refuse(index, who,
+           "it presented no run token; set BW_RUN_TOKEN to the coordinator's run token");
+    return;
+  }
+  if (!same_secret(proof, token_proof(token_, nonce_, index))) {
+    refuse(index, who,
+           "its run token does not match the coordinator's; set BW_RUN_TOKEN to the run's token");
+    return;
+  }
+  if (name.empty()) {
+    refuse(index, who, "it has no node name; give it --node-name");
+    return;
+  }
+  if (devices != 0 && devices != devices_) {
+    refuse(index, who,
+           fmt::format("it offers {} device(s) but every node of this run has {} "
+                       "(cluster.devices_per_node); start it with --devices {}",
+                       devices, devices_, devices_));
+    return;
+  }
+  if (!assigned_) {
+    for (const auto& r : early_) {
+      if (r.name == name) {
+        refuse(index, who,
+               fmt::format("an agent named '{}' ({}) is already registered; give each agent its "
+                           "own --node-name",
+                           name, r.host));
+        return;
+      }
+    }
+    if (static_cast<int>(early_.size()) >= nodes_) {
+      refuse(index, who,
+             fmt::format("the run has all its {} nodes; start the coordinator with "
+                         "--expect-nodes {} to use more",
+                         nodes_, nodes_ + 1));
+      return;
+    }
+    early_.push_back({index, name, host});
+    runtime::log(runtime::LogLevel::kInfo, "agent {} registered ({} of {})", who, early_.size(),
+                 nodes_);
+    return;
+  }
+  // The run is going: the agent's own slot, else the slot of a lost node nobody waits for.
+  int slot = -1;
+  for (int n = 0; n < nodes_; ++n) {
+    if (slots_[n].name == name) slot = n;
+  }
+  if (slot < 0) {
+    for (int n = 0; n < nodes_ && slot < 0; ++n) {
+      if (!slots_[n].running && !slots_[n].waiting) slot = n;
+    }
+  }
+  if (slot < 0) {
+    refuse(index, who,
+           fmt::format("the run has all its {} nodes and none is lost; start the coordinator "
+                       "with --expect-nodes {} to use more",
+                       nodes_, nodes_ + 1));
+    return;
+  }
+  auto& s = slots_[slot];
+  if (s.waiting) refuse(*s.waiting, who, "a newer registration of the same node replaced it");
+  if (s.running) {
+    // The agent started again while its node still looked alive: the old one is gone.
+    s.running = false;
+    set_string(*store_, keys::node_fence(slot, s.incarnation), "1");
+    replaced_.emplace_back(slot, 3);
+  }
+  if (s.name != name) {
+    runtime::log(runtime::LogLevel::kInfo, "agent {} takes the place of lost node {} ('{}')", who,
+                 slot, s.name);
+  }
+  s.name = name;
+  s.host = host;
+  s.waiting = index;
+  runtime::log(runtime::LogLevel::kInfo, "agent {} registered again for node {}", who, slot);
+}
+
+void RemoteNodes::wait_for_agents(double timeout_s, const std::vector<std::string>& expected,
+                                  const std::function<bool()>& cancelled) {
+  const double deadline = now_ms() + timeout_s * 1000;
+  while (static_cast<int>(early_.size()) < nodes_) {
+    if (cancelled && cancelled()) {
+      throw Interrupted(
+          fmt::format("stopped on request while waiting for agents ({} of {} "
+                      "registered)",
+                      early_.size(), nodes_));
+    }
+    scan();
+    if (static_cast<int>(early_.size()) >= nodes_) break;
+    if (now_ms() > deadline) {
+      std::vector<std::string> have, missing;
+      std::set<std::string> names;
+      for (const auto& r : early_) {
+        have.push_back(fmt::format("'{}' ({})", r.name, r.host));
+        names.insert(r.name);
+      }
+      for (const auto& e : expected) {
+        if (names.count(e) == 0) missing.push_back(e);
+      }
+      const int absent = nodes_ - static_cast<int>(early_.size());
+      throw CommError(fmt::format(
+          "waited {:.0f} s for {} agents: {} registered ({}); missing {}{}{}; start `breakwater "
+          "agent --coordinator ADDR:PORT` there (with the run's BW_RUN_TOKEN), or lower "
+          "--expect-nodes",
+          timeout_s, nodes_, early_.size(),
+          have.empty() ? std::string("none") : fmt::format("{}", fmt::join(have, ", ")), absent,
+          missing.empty() ? "" : ": ", fmt::join(missing, ", "),
+          refused_ > 0 ? fmt::format(" ({} registration(s) were refused, see above)", refused_)
+                       : std::string()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::sort(early_.begin(), early_.end(),
+            [](const Registration& a, const Registration& b) { return a.name < b.name; });
+  for (int n = 0; n < nodes_; ++n) {
+    slots_[n].name = early_[n].name;
+    slots_[n].host = early_[n].host;
+    slots_[n].waiting = early_[n].index;
+    runtime::log(runtime::LogLevel::kInfo, "node {} is '{}' ({})", n, slots_[n].name,
+                 slots_[n].host);
+  }
+  early_.clear();
+  assigned_ = true;
+}
+
+void RemoteNodes::start(int node, int incarnation) {
+  BW_CHECK(assigned_ && node >= 0 && node < nodes_, "node {} started before the agents registered",
+           node);
+  auto& s = slots_[node];
+  BW_CHECK(s.waiting.has_value(), "node {} has no agent waiting to start", node);
+  s.incarnation = incarnation;
+  s.running = true;
+  reply(*s.waiting,
+        nlohmann::json{
+            {"ok", true}, {"node", node}, {"incarnation", incarnation}, {"devices", devices_}}
+            .dump());
+  s.waiting.reset();
+}
+
+void RemoteNodes::kill(int node) {
+  if (node < 0 || node >= nodes_) return;
+  auto& s = slots_[node];
+  if (!s.running) return;
+  s.running = false;
+  set_string(*store_, keys::node_fence(node, s.incarnation), "1");
+}
+
+std::vector<std::pair<int, int>> RemoteNodes::poll() {
+  scan();
+  auto out = std::move(replaced_);
+  replaced_.clear();
+  return out;
+}
+
+std::vector<int> RemoteNodes::arrived() {
+  std::vector<int> out;
+  for (int n = 0; n < nodes_; ++n) {
+    if (!slots_[n].running && slots_[n].waiting) out.push_back(n);
+  }
+  return out;
+}
+
+void RemoteNodes::end_run(const std::string& how, double timeout_ms) {
+  ended_ = true;
+  set_string(*store_, keys::run_over(), how);
+  for (const auto& r : early_) refuse(r.index, r.name, "the run is over");
+  early_.clear();
+  for (int n = 0; n < nodes_; ++n) {
+    if (slots_[n].waiting) {
+      refuse(*slots_[n].waiting, slots_[n].name, "the run is over");
+      slots_[n].waiting.reset();
+    }
+  }
+  int running = 0;
+  for (const auto& s : slots_) running += s.running ? 1 : 0;
+  const double deadline = now_ms() + timeout_ms;
+  while (store_->add(keys::agents_gone(), 0) < running && now_ms() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace bw::elastic

@@ -1,0 +1,88 @@
+// Nodes of a multi-host run (docs/multihost.md): agents started by someone else (by hand, by
+// `breakwater launch` over ssh, by `srun`) register themselves through the store; the coordinator
+// cannot start or kill them. A registration is accepted only with a valid proof of the run token
+// (token.h), and only for a node the run has room for; the reply gives the agent its node id and
+// incarnation. "Killing" a node fences it: a key its agent polls, after which the agent stops its
+// workers and registers again when it can (a host whose link came back re-joins this way). A
+// node that is lost is found by the supervisor through heartbeats and exit reports, as for local
+// nodes; a lost node's agent that registers again is reported by arrived() and joins at a step
+// boundary through the supervisor's join path.
+//
+// Nodes are slots 0..N-1, given in the order of the agents' names once N have registered; a name
+// keeps its slot, and a new name may take the slot of a lost node.
+//
+// Thread-safety: one thread (the supervisor's) uses a RemoteNodes.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/supervisor.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace bw::elastic {
+
+class RemoteNodes final : public Nodes {
+ public:
+  RemoteNodes(c10::intrusive_ptr<c10d::Store> store, std::string token, int nodes,
+              int devices_per_node);
+  // A run left without end_run() (an exception) tells its agents that it is over.
+  ~RemoteNodes() override;
+
+  // Waits up to `timeout_s` until every node has an agent; CommError naming the registered
+  // agents and the missing ones (by name when `expected` names them) after that.
+  // `cancelled` is asked between polls (Ctrl-C): Interrupted when it says yes.
+  void wait_for_agents(double timeout_s, const std::vector<std::string>& expected,
+                       const std::function<bool()>& cancelled = {});
+
+  void start(int node, int incarnation) override;  // accepts the node's waiting registration
+  void kill(int node) override;                    // fences the node's current incarnation
+  std::vector<std::pair<int, int>> poll() override;
+  std::vector<int> arrived() override;
+
+  // Publishes that the run is over (`how`: "finished" or why it stopped) and waits up to
+  // `timeout_ms` for the agents still in the run to acknowledge.
+  void end_run(const std::string& how, double timeout_ms);
+
+  const std::string& name(int node) const { return slots_.at(node).name; }
+  int refused() const { return refused_; }  // registrations refused so far
+
+ private:
+  struct Slot {
+    std::string name, host;
+    int incarnation = 0;
+    bool running = false;        // accepted and not fenced
+    std::optional<int> waiting;  // a registration waiting for start()
+  };
+  struct Registration {
+    int index = 0;
+    std::string name, host;
+  };
+  void scan();
+  void handle(int index, const std::string& json);
+  void reply(int index, const std::string& json);
+  void refuse(int index, const std::string& who, const std::string& why);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string token_, nonce_;
+  int nodes_;
+  int devices_;
+  int scanned_ = 0;
+  double scan_blocked_since_ms_ = 0;
+  bool assigned_ = false;
+  std::vector<Registration> early_;  // before slots are assigned
+  std::vector<Slot> slots_;
+  std::vector<std::pair<int, int>> replaced_;  // (node, status) for poll()
+  int refused_ = 0;
+  bool ended_ = false;
+};
+
+}  // namespace bw::elastic

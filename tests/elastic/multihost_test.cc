@@ -1,0 +1,477 @@
+// Multi-host runs on real sockets (docs/multihost.md): hosts are network namespaces joined by
+// veth pairs to a bridge (netns_hosts.h), the coordinator in one, an agent in each of four
+// others, talking over their own addresses. Each case is compared with the failure-free run of
+// the same config on one host (`breakwater train`, loopback): the same samples at every step,
+// the same losses, and final parameters and AdamW state within the transparency tolerance of
+// recovery_test.cc. Cases: a 4-host run with f = 1; a host whose link is cut mid-run (detected by
+// heartbeats, recovered with nothing lost, and re-joined once the link is back); agents with a
+// wrong or no run token (refused, exit status 2), the wait for missing agents (a deadline and a
+// message naming them), and the store listening only on the address it was given.
+//
+// The cases skip (GTEST_SKIP, with the reason) where namespaces cannot be made: not root, no
+// `ip netns`. Store hosting on loopback only is checked without namespaces.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "../runtime/cli_runner.h"
+#include "core/error.h"
+#include "elastic/store_host.h"
+#include "netns_hosts.h"
+#include "runtime/checkpointing.h"
+
+namespace bw::elastic {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::NetnsHosts;
+using testing::NsProcess;
+using testing::read_text;
+
+constexpr double kDeadlineS = 90;
+constexpr double kAbsTolerance = 1e-4;  // as recovery_test.cc: far below one update (lr 1e-2)
+constexpr int kPort = 29500;            // each namespace has its own ports
+const char* kToken = "multihost-test-token";
+
+std::string dir() {
+  static const std::string d = testing::scratch_dir(
+      (fs::temp_directory_path() / fmt::format("bw_multihost_{}", getpid())).string());
+  return d;
+}
+
+std::string corpus() {
+  static const std::string p = [] {
+    auto path = (fs::path(dir()) / "corpus.txt").string();
+    std::ofstream out(path);
+    std::mt19937 rng(7);
+    for (int i = 0; i < 30000; ++i) out << static_cast<char>('a' + rng() % 26);
+    return path;
+  }();
+  return p;
+}
+
+std::vector<std::string> config_args(int nodes, int steps, const std::string& out_dir,
+                                     const std::string& model = "tiny") {
+  return {fmt::format("--cluster.nodes={}", nodes),
+          "--model.name=" + model,
+          "--data.path=" + corpus(),
+          fmt::format("--train.steps={}", steps),
+          "--train.warmup_steps=2",
+          "--train.lr=1e-2",
+          "--train.min_lr=1e-2",
+          "--train.sample_tokens=0",
+          "--pipeline.microbatches=4",
+          "--pipeline.microbatch_size=2",
+          "--elastic.heartbeat_timeout_s=1.5",
+          "--elastic.step_timeout_s=60",
+          "--train.out_dir=" + out_dir};
+}
+
+struct Metrics {
+  std::vector<nlohmann::json> steps, events;
+};
+
+Metrics read_metrics(const std::string& out_dir) {
+  Metrics m;
+  std::ifstream in(fs::path(out_dir) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      auto doc = nlohmann::json::parse(line);
+      (doc.contains("event") ? m.events : m.steps).push_back(std::move(doc));
+    } catch (const std::exception&) {
+      // a line being written
+    }
+  }
+  return m;
+}
+
+// The failure-free run on this host (loopback). CTest runs each case in its own process, so
+// references are shared on disk by every process of this binary build (under a lock).
+const std::string& reference(int nodes, int steps, const std::string& model = "tiny") {
+  static std::map<std::tuple<int, int, std::string>, std::string> done;
+  auto& out = done[{nodes, steps, model}];
+  if (!out.empty()) return out;
+  const auto stamp = fs::last_write_time(BW_BINARY).time_since_epoch().count();
+  const auto shared = fs::temp_directory_path() /
+                      fmt::format("bw_multihost_refs_{:x}",
+                                  std::hash<std::string>{}(fmt::format("{}{}", BW_BINARY, stamp)));
+  fs::create_directories(shared);
+  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
+  ::flock(lock, LOCK_EX);
+  const auto name = fmt::format("reference_{}_{}_{}", nodes, steps, model);
+  const auto out_dir = (shared / name).string();
+  if (!fs::exists(shared / (name + ".done"))) {
+    fs::remove_all(out_dir);
+    std::vector<std::string> args = {"train", "--quiet"};
+    for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
+    const auto r = testing::run_cli(args, out_dir + ".log", kDeadlineS);
+    EXPECT_EQ(r.status, 0) << r.output;
+    if (r.status == 0) std::ofstream(shared / (name + ".done")) << "ok\n";
+  }
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
+  out = out_dir;
+  return out;
+}
+
+void expect_same_run(const std::string& got_dir, const std::string& want_dir, int steps) {
+  const auto got = read_metrics(got_dir), want = read_metrics(want_dir);
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (size_t i = 0; i < want.steps.size(); ++i) {
+    EXPECT_EQ(got.steps[i].at("step"), want.steps[i].at("step"));
+    EXPECT_EQ(got.steps[i].at("samples"), want.steps[i].at("samples")) << "step " << i;
+    const double lw = want.steps[i].at("loss"), lg = got.steps[i].at("loss");
+    EXPECT_NEAR(lg, lw, 1e-5 * std::abs(lw)) << "step " << i;
+  }
+  const auto a = runtime::load_checkpoint(runtime::checkpoint_dir(got_dir, steps));
+  const auto b = runtime::load_checkpoint(runtime::checkpoint_dir(want_dir, steps));
+  int bad = 0;
+  for (const auto* maps : {&b.weights, &b.optimizer}) {
+    const auto& other = maps == &b.weights ? a.weights : a.optimizer;
+    for (const auto& [name, ref] : *maps) {
+      ASSERT_TRUE(other.count(name)) << name << " missing";
+      const auto& t = other.at(name);
+      if (ref.scalar_type() == torch::kInt64) {
+        EXPECT_TRUE(torch::equal(t, ref)) << name;
+        continue;
+      }
+      const auto excess = (t - ref).abs() - (kAbsTolerance + 1e-4 * ref.abs());
+      if (excess.max().item<double>() > 0 && bad++ < 5) {
+        ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+// A coordinator in host 0 and agents in hosts 1..n.
+struct Cluster {
+  NetnsHosts hosts;
+  std::string out_dir;
+  std::unique_ptr<NsProcess> coordinator;
+  std::vector<std::unique_ptr<NsProcess>> agents;
+
+  Cluster(int agents_n, const std::string& name) : hosts(agents_n + 1) {
+    out_dir = (fs::path(dir()) / name).string();
+  }
+  std::string listen() const { return fmt::format("{}:{}", hosts.address(0), kPort); }
+  std::string log(const std::string& who) const { return out_dir + "." + who + ".log"; }
+  void start_coordinator(int nodes, int steps, std::vector<std::string> extra = {}, int wait_s = 60,
+                         const std::string& model = "tiny") {
+    std::vector<std::string> args = {BW_BINARY,  "coordinator", "--quiet",  "--log-level=info",
+                                     "--listen", listen(),      "--wait-s", std::to_string(wait_s)};
+    for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
+    for (auto& a : extra) args.push_back(a);
+    coordinator = std::make_unique<NsProcess>(
+        hosts.host(0), args, log("coordinator"),
+        std::vector<std::pair<std::string, std::string>>{{"BW_RUN_TOKEN", kToken}});
+  }
+  NsProcess& start_agent(int host, const std::string& token, bool with_token = true) {
+    std::vector<std::pair<std::string, std::string>> env;
+    if (with_token) env.emplace_back("BW_RUN_TOKEN", token);
+    agents.push_back(std::make_unique<NsProcess>(
+        hosts.host(host),
+        std::vector<std::string>{BW_BINARY, "agent", "--coordinator", listen(), "--node-name",
+                                 fmt::format("host{}", host), "--wait-s", "30", "--log-level=info"},
+        log(fmt::format("agent{}", agents.size())), env));
+    return *agents.back();
+  }
+  std::string logs() const {
+    std::string out = "--- coordinator\n" + read_text(log("coordinator"));
+    for (size_t i = 0; i < agents.size(); ++i) {
+      out += fmt::format("--- agent {}\n{}", i, read_text(log(fmt::format("agent{}", i))));
+    }
+    return out;
+  }
+};
+
+#define SKIP_WITHOUT_NETNS()                                                       \
+  do {                                                                             \
+    if (auto why = NetnsHosts::unavailable()) GTEST_SKIP() << "skipped: " << *why; \
+  } while (0)
+
+// Listening sockets on `port` from /proc/net/tcp{,6} (kernel tables, not our own sockets):
+// their local addresses as the kernel prints them (hex).
+std::vector<std::string> kernel_listeners(int port) {
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream ss(line);
+      std::string slot, local, remote, state;
+      ss >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && std::stoi(local.substr(colon + 1), nullptr, 16) == port) {
+        out.push_back(local.substr(0, colon));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(StoreHost, LocalStoreListensOnLoopbackOnly) {
+  auto store = host_store("127.0.0.1", 0, std::chrono::seconds(5));
+  const auto listeners = kernel_listeners(store->getPort());
+  ASSERT_FALSE(listeners.empty());
+  for (const auto& l : listeners) {
+    // 127.0.0.1 in /proc/net/tcp, or its v4-mapped form in tcp6.
+    EXPECT_TRUE(l == "0100007F" || l == "0000000000000000FFFF00000100007F")
+        << "the store also listens on " << l;
+  }
+  store->set("k", std::vector<uint8_t>{1, 2});
+  EXPECT_EQ(store->get("k"), (std::vector<uint8_t>{1, 2}));
+}
+
+TEST(StoreHost, AnAddressOfAnotherHostIsRefused) {
+  // 192.0.2.1 (TEST-NET-1) is not an address of this host.
+  try {
+    host_store("192.0.2.1", 0, std::chrono::seconds(2));
+    FAIL() << "hosting on a foreign address succeeded";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot host the store on 192.0.2.1"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Multihost, FourHostsMatchTheOneHostRun) {
+  SKIP_WITHOUT_NETNS();
+  const int steps = 6;
+  const auto& want = reference(4, steps);
+  Cluster c(4, "four_hosts");
+  ASSERT_TRUE(c.hosts.ok());
+  c.start_coordinator(4, steps);
+  for (int h = 1; h <= 4; ++h) c.start_agent(h, kToken);
+  ASSERT_EQ(c.coordinator->wait(kDeadlineS), 0) << c.logs();
+  for (auto& a : c.agents) EXPECT_EQ(a->wait(20), 0) << c.logs();
+  // Every node registered from its own namespace address, and Gloo used it.
+  const auto log = read_text(c.log("coordinator"));
+  for (int h = 1; h <= 4; ++h) {
+    EXPECT_NE(log.find(fmt::format("'host{}' ({})", h, c.hosts.address(h))), std::string::npos)
+        << log;
+  }
+  expect_same_run(c.out_dir, want, steps);
+}
+
+TEST(Multihost, ACutLinkIsDetectedRecoveredAndTheHostRejoins) {
+  SKIP_WITHOUT_NETNS();
+  // Steps are ~20 ms: the run is long enough for the host to come back whatever the machine's
+  // speed, and is stopped (Ctrl-C: a checkpoint at the next step boundary) once it has re-joined;
+  // the reference is then the failure-free run of exactly the committed steps (the learning rate
+  // is constant after warm-up, so it does not depend on train.steps).
+  const int max_steps = 3000;
+  Cluster c(4, "cut_link");
+  ASSERT_TRUE(c.hosts.ok());
+  const char* env_model = std::getenv("BW_TEST_MODEL");
+  const std::string model = env_model ? env_model : "small";
+  c.start_coordinator(4, max_steps, {}, 60, model);
+  for (int h = 1; h <= 4; ++h) c.start_agent(h, kToken);
+  const int cut = 3;  // host3 = node 2 (nodes are numbered in the order of their names)
+  auto wait_for = [&](auto pred, double seconds) {
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred(read_metrics(c.out_dir))) return true;
+      if (c.coordinator->poll()) return pred(read_metrics(c.out_dir));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  auto has = [](const Metrics& m, const std::string& kind, const std::string& cause = "") {
+    for (const auto& e : m.events) {
+      if (e.at("event") == kind && (cause.empty() || e.at("cause") == cause)) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for([](const Metrics& m) { return m.steps.size() >= 5; }, 60)) << c.logs();
+  ASSERT_TRUE(c.hosts.set_link(cut, false));
+  const auto t_cut = std::chrono::steady_clock::now();
+  const bool lost = wait_for([&](const Metrics& m) { return has(m, "node_lost"); }, 30);
+  const double detect_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_cut).count();
+  ASSERT_TRUE(lost) << c.logs();
+  ASSERT_TRUE(wait_for([&](const Metrics& m) { return has(m, "recovered", "node_lost"); }, 30))
+      << c.logs();
+  ASSERT_TRUE(c.hosts.set_link(cut, true));
+  const auto t_back = std::chrono::steady_clock::now();
+  const bool joined =
+      wait_for([&](const Metrics& m) { return has(m, "recovered", "node_joined"); }, 60);
+  const double join_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_back).count();
+  ::kill(c.coordinator->pid(), SIGINT);
+  ASSERT_TRUE(joined) << c.logs();
+  fmt::print(
+      "cut link detected after {:.2f} s (heartbeat timeout 1.5 s); re-joined {:.2f} s "
+      "after the link came back\n",
+      detect_s, join_s);
+  ASSERT_EQ(c.coordinator->wait(kDeadlineS), 130) << c.logs();
+  for (auto& a : c.agents) EXPECT_GE(a->wait(20), 0) << c.logs();
+  const auto got = read_metrics(c.out_dir);
+  std::vector<std::string> kinds;
+  for (const auto& e : got.events) {
+    kinds.push_back(fmt::format("{}/{}/{}", e.at("event").get<std::string>(),
+                                e.at("node").get<int>(), e.at("cause").get<std::string>()));
+  }
+  const auto all = fmt::format("{}", fmt::join(kinds, " "));
+  // Detected by the heartbeats (not the step timeout), recovered, and the same node re-joined.
+  ASSERT_FALSE(got.events.empty());
+  EXPECT_EQ(got.events.front().at("event"), "node_lost") << all;
+  EXPECT_EQ(got.events.front().at("node"), 2) << all;
+  EXPECT_NE(got.events.front().at("cause").get<std::string>().find("heartbeat"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("recovered/2/node_lost"), std::string::npos) << all;
+  EXPECT_NE(all.find("recovered/2/node_joined"), std::string::npos) << all;
+  const int steps = static_cast<int>(got.steps.size());
+  ASSERT_LT(steps, max_steps);
+  EXPECT_EQ(got.steps.back().at("world"), 4) << "the re-joined node is not in the plan";
+  expect_same_run(c.out_dir, reference(4, steps, model), steps);
+}
+
+TEST(Multihost, WrongOrMissingTokensAreRefusedAndMissingAgentsNamed) {
+  SKIP_WITHOUT_NETNS();
+  Cluster c(3, "tokens");
+  ASSERT_TRUE(c.hosts.ok());
+  c.start_coordinator(2, 2, {"--expect-names", "host1,host2"}, /*wait_s=*/3);
+  auto& good = c.start_agent(1, kToken);
+  auto& wrong = c.start_agent(2, "not-the-token");
+  auto& none = c.start_agent(3, "", /*with_token=*/false);
+  EXPECT_EQ(wrong.wait(30), 2) << c.logs();
+  EXPECT_EQ(none.wait(30), 2) << c.logs();
+  // While it waits, the store answers on its address and not on the host's loopback.
+  const auto probe = [&](const std::string& addr) {
+    return testing::shell(fmt::format("ip netns exec {} timeout 5 bash -c 'exec 3<>/dev/tcp/{}/{}'",
+                                      c.hosts.host(0), addr, kPort));
+  };
+  EXPECT_EQ(probe(c.hosts.address(0)), 0) << "the store does not answer on its address";
+  EXPECT_NE(probe("127.0.0.1"), 0) << "the store also listens on the loopback interface";
+  EXPECT_EQ(c.coordinator->wait(30), 3) << c.logs();
+  EXPECT_GE(good.wait(30), 0) << "the registered agent did not end with the run";
+  const auto agent_log = read_text(c.log("agent1"));
+  EXPECT_NE(agent_log.find("run token does not match"), std::string::npos) << agent_log;
+  EXPECT_NE(read_text(c.log("agent2")).find("no run token"), std::string::npos) << c.logs();
+  const auto log = read_text(c.log("coordinator"));
+  EXPECT_NE(log.find("refused agent 'host2'"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused agent 'host3'"), std::string::npos) << log;
+  EXPECT_NE(log.find("1 registered ('host1'"), std::string::npos) << log;
+  EXPECT_NE(log.find("missing 1: host2"), std::string::npos) << log;
+}
+
+// Processes left in a namespace (`ip netns pids`).
+std::vector<int> pids_in(const std::string& netns) {
+  const auto out = (fs::path(dir()) / "pids.txt").string();
+  fs::remove(out);
+  testing::shell(fmt::format("ip netns pids {}", netns), out);
+  std::istringstream in(read_text(out));
+  std::vector<int> pids;
+  for (int pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+int processes_in(const std::string& netns) { return static_cast<int>(pids_in(netns).size()); }
+
+// `breakwater launch` with `ip netns exec` as its remote shell: the same hostfile handling, token
+// hand-over and shutdown as over ssh, where the test needs no sshd (none is installed here).
+struct Launch {
+  Cluster c;
+  std::string hostfile;
+  Launch(const std::string& name, int steps, const std::string& ssh = "ip netns exec")
+      : c(4, name) {
+    hostfile = c.out_dir + ".hosts";
+    std::ofstream out(hostfile);
+    out << "# four test hosts\n";
+    for (int h = 1; h <= 4; ++h) out << c.hosts.host(h) << " slots=1\n";
+    out.close();
+    std::vector<std::string> args = {
+        BW_BINARY,  "launch", "--quiet", "--log-level=info", "--hostfile", hostfile,   "--listen",
+        c.listen(), "--ssh",  ssh,       "--remote-binary",  BW_BINARY,    "--wait-s", "60"};
+    for (auto& a : config_args(4, steps, c.out_dir)) args.push_back(a);
+    c.coordinator = std::make_unique<NsProcess>(
+        c.hosts.host(0), args, c.log("coordinator"),
+        std::vector<std::pair<std::string, std::string>>{{"BW_RUN_TOKEN", kToken}});
+  }
+  bool agents_gone(double seconds) {
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (std::chrono::steady_clock::now() < end) {
+      int left = 0;
+      for (int h = 1; h <= 4; ++h) left += processes_in(c.hosts.host(h));
+      if (left == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+};
+
+TEST(Launch, AHostfileRunMatchesTheOneHostRunAndLeavesNoProcess) {
+  SKIP_WITHOUT_NETNS();
+  const int steps = 6;
+  const auto& want = reference(4, steps);
+  Launch l("launch", steps);
+  ASSERT_TRUE(l.c.hosts.ok());
+  ASSERT_EQ(l.c.coordinator->wait(kDeadlineS), 0) << l.c.logs();
+  EXPECT_TRUE(l.agents_gone(10)) << "agents outlived the launch";
+  // The token went over the agents' standard input: it is in no file of the run.
+  EXPECT_EQ(read_text(l.c.log("coordinator")).find(kToken), std::string::npos);
+  EXPECT_EQ(read_text(l.c.out_dir + "/config.toml").find(kToken), std::string::npos);
+  expect_same_run(l.c.out_dir, want, steps);
+}
+
+TEST(Launch, CtrlCStopsTheRunAndEveryAgent) {
+  SKIP_WITHOUT_NETNS();
+  Launch l("launch_interrupt", 3000);
+  ASSERT_TRUE(l.c.hosts.ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_metrics(l.c.out_dir).steps.size() < 3 && !l.c.coordinator->poll() &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  int running = 0;
+  for (int h = 1; h <= 4; ++h) running += processes_in(l.c.hosts.host(h)) > 0;
+  EXPECT_EQ(running, 4) << "not every host ran an agent";
+  for (int h = 1; h <= 4; ++h) {
+    for (int pid : pids_in(l.c.hosts.host(h))) {
+      auto cmdline = read_text(fmt::format("/proc/{}/cmdline", pid));
+      EXPECT_EQ(cmdline.find(kToken), std::string::npos) << "the run token is on a command line";
+    }
+  }
+  ::kill(l.c.coordinator->pid(), SIGINT);
+  EXPECT_EQ(l.c.coordinator->wait(kDeadlineS), 130) << l.c.logs();
+  EXPECT_TRUE(l.agents_gone(15)) << "agents outlived the launcher" << l.c.logs();
+  const int steps = static_cast<int>(read_metrics(l.c.out_dir).steps.size());
+  EXPECT_LT(steps, 3000);
+  EXPECT_TRUE(fs::exists(runtime::checkpoint_dir(l.c.out_dir, steps))) << l.c.logs();
+}
+
+TEST(Launch, AKilledLauncherTakesEveryAgentWithIt) {
+  SKIP_WITHOUT_NETNS();
+  // As over ssh, the agent is not the launcher's child: `setsid -w` forks it off, so it does not
+  // die with the launcher's child (which gets SIGTERM), only through its closed input.
+  Launch l("launch_killed", 3000, "setsid -w ip netns exec");
+  ASSERT_TRUE(l.c.hosts.ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_metrics(l.c.out_dir).steps.size() < 2 && !l.c.coordinator->poll() &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(l.c.coordinator->poll()) << l.c.logs();
+  // No goodbye: the agents learn it from their standard input closing (the store is gone too,
+  // and they would otherwise wait --wait-s for it to come back).
+  ::kill(l.c.coordinator->pid(), SIGKILL);
+  l.c.coordinator->wait(10);
+  EXPECT_TRUE(l.agents_gone(15)) << "agents outlived a killed launcher" << l.c.logs();
+}
+
+}  // namespace
+}  // namespace bw::elastic
