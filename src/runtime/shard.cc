@@ -89,6 +89,11 @@ torch::Tensor StageShards::gather_flat(const torch::Tensor& slice, int layer) {
   if (group_ == nullptr) return slice;
   const int w = group_->size();
   const int64_t max = split_range(n, w, 0).second;  // the first pieces are the largest
+  if (n % w == 0) {  // equal pieces: gathered straight into the result
+    auto out = torch::empty({n}, torch::kFloat32);
+    group_->allgather(slice.contiguous(), out);
+    return out;
+  }
   auto in = torch::zeros({max}, torch::kFloat32);
   in.narrow(0, 0, slice.numel()).copy_(slice);
   auto out = torch::empty({max * w}, torch::kFloat32);
