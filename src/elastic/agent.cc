@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -156,6 +157,10 @@ void read_token_from_stdin(AgentArgs& args) {
 }  // namespace
 
 int run_agent(const AgentArgs& args) {
+  // A peer that dies closes its sockets: a write to one must fail with EPIPE (Gloo and the store
+  // client then raise an error this process handles as a lost peer), not kill this process with
+  // SIGPIPE, which would take its node out with the dead one.
+  std::signal(SIGPIPE, SIG_IGN);
   runtime::set_log_name(fmt::format("agent {}", args.node));
   Store store;
   try {

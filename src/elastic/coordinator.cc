@@ -63,12 +63,12 @@ struct StopSignals {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
   }
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
 };
 
 std::string resume_hint(const std::string& sidecar) {
-  return fmt::format("resume with `breakwater train <the same config> --train.resume={}`",
-                     sidecar);
+  return fmt::format("resume with `breakwater train <the same config> --train.resume={}`", sidecar);
 }
 
 std::string as_string(const std::vector<uint8_t>& bytes) {
@@ -182,6 +182,8 @@ std::string render_sample(const std::vector<int64_t>& tokens, int vocab_size) {
 }  // namespace
 
 RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOptions& options) {
+  // The store's server writes to clients that may have died: EPIPE, not a SIGPIPE death.
+  signal(SIGPIPE, SIG_IGN);
   const auto t_start = SteadyClock::now();
   const bool remote = !options.listen.empty();
   const std::string token = remote ? coordinator_token(given, true) : std::string();
@@ -474,8 +476,9 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       if (g_signals > 0 && !asked) {
         asked = true;
         sup.request_stop();
-        fmt::print(stderr, "\nstopping at the next step boundary with a checkpoint (again to stop "
-                           "at once)\n");
+        fmt::print(stderr,
+                   "\nstopping at the next step boundary with a checkpoint (again to stop "
+                   "at once)\n");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }

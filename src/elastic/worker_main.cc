@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -413,6 +414,10 @@ void run_generation(Context& cx, int g) {
 }  // namespace
 
 int run_worker_process(const WorkerArgs& args) {
+  // A peer that dies closes its sockets: a write to one must fail with EPIPE (Gloo and the store
+  // client then raise an error this process handles as a lost peer), not kill this process with
+  // SIGPIPE, which would take its node out with the dead one.
+  std::signal(SIGPIPE, SIG_IGN);
   Context cx;
   cx.args = args;
   runtime::set_log_prefix(0, args.worker);

@@ -267,9 +267,11 @@ TEST_P(Faults, RunCompletesExactlyOnceAndMatchesTheFailureFreeRun) {
   args.push_back("--elastic.inject=" + c.inject);
   args.insert(args.end(), c.extra.begin(), c.extra.end());
   const auto got = train(c.name, args);
-  ASSERT_FALSE(got.timed_out) << "hung:\n" << got.output;
-  ASSERT_EQ(got.status, 0) << got.output;
-  EXPECT_EQ(count_events(got, "node_lost"), c.lost) << got.output;
+  std::string events;  // the causes, for a failure's message
+  for (const auto& e : got.events) events += e.dump() + "\n";
+  ASSERT_FALSE(got.timed_out) << "hung:\n" << got.output << events;
+  ASSERT_EQ(got.status, 0) << got.output << events;
+  EXPECT_EQ(count_events(got, "node_lost"), c.lost) << got.output << events;
   EXPECT_GE(count_events(got, "recovered"), 1) << got.output;
   expect_exactly_once(got, want);
   expect_same_state(got.out_dir, want.out_dir, c.steps);
