@@ -221,7 +221,8 @@ void Worker::apply(int step, const PreparedStep& prepared) {
            step, state_.steps_done);
   const int lr_step = static_cast<int>(step - state_.steps_skipped);
   state_.optimizer().step(lr_step, prepared.clip);
-  if (!shards_->empty()) shards_->apply(prepared.clip, lr_at(lr_step, config_.train), config_.train);
+  if (!shards_->empty())
+    shards_->apply(prepared.clip, lr_at(lr_step, config_.train), config_.train);
   state_.steps_done = step + 1;
 }
 
@@ -265,39 +266,37 @@ std::vector<int> Worker::owned_layers() const {
   return out;
 }
 
-NamedTensors Worker::owned_parameters() {
-  std::vector<int> whole;
-  for (int l : owned_layers())
-    if (!layout_.segmented(l)) whole.push_back(l);
-  NamedTensors out = state_.parameters_of(whole);
+// Appends the segmented layers' full tensors, assembled by `full` (a collective over the stage
+// for layers the stage gathers), where this rank writes them.
+void Worker::append_segmented(NamedTensors& out, NamedTensors (StageShards::*full)(int)) {
+  auto has = [](const std::vector<int>& v, int l) {
+    return std::find(v.begin(), v.end(), l) != v.end();
+  };
   for (int l : layout_.layers_of(rank_)) {
     if (!layout_.segmented(l)) continue;
-    const bool mine =
-        std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end();
-    const bool gathers = std::find(segmented_gathered_.begin(), segmented_gathered_.end(), l) !=
-                         segmented_gathered_.end();
-    if (!mine && !gathers) continue;
-    auto full = shards_->full_parameters(l);  // collective when the stage has several ranks
-    if (mine) out.insert(out.end(), full.begin(), full.end());
+    const bool mine = has(segmented_owned_, l);
+    if (!mine && !has(segmented_gathered_, l)) continue;
+    auto tensors = ((*shards_).*full)(l);
+    if (mine) out.insert(out.end(), tensors.begin(), tensors.end());
   }
+}
+
+std::vector<int> Worker::owned_whole_layers() const {
+  std::vector<int> out;
+  for (int l : owned_layers())
+    if (!layout_.segmented(l)) out.push_back(l);
+  return out;
+}
+
+NamedTensors Worker::owned_parameters() {
+  NamedTensors out = state_.parameters_of(owned_whole_layers());
+  append_segmented(out, &StageShards::full_parameters);
   return out;
 }
 
 NamedTensors Worker::owned_optimizer_state() {
-  std::vector<int> whole;
-  for (int l : owned_layers())
-    if (!layout_.segmented(l)) whole.push_back(l);
-  NamedTensors out = state_.optimizer_state_of(whole);
-  for (int l : layout_.layers_of(rank_)) {
-    if (!layout_.segmented(l)) continue;
-    const bool mine =
-        std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end();
-    const bool gathers = std::find(segmented_gathered_.begin(), segmented_gathered_.end(), l) !=
-                         segmented_gathered_.end();
-    if (!mine && !gathers) continue;
-    auto full = shards_->full_optimizer_state(l);
-    if (mine) out.insert(out.end(), full.begin(), full.end());
-  }
+  NamedTensors out = state_.optimizer_state_of(owned_whole_layers());
+  append_segmented(out, &StageShards::full_optimizer_state);
   return out;
 }
 

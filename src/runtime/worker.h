@@ -117,6 +117,9 @@ class Worker {
   std::vector<std::unique_ptr<Transport>> release_transports();
 
  private:
+  std::vector<int> owned_whole_layers() const;
+  void append_segmented(NamedTensors& out, NamedTensors (StageShards::*full)(int));
+
   RunConfig config_;
   RunLayout layout_;
   int rank_;
