@@ -5,7 +5,7 @@
 //   - each layer's forward and backward time from the profiler (model/profiler.h) at the rows one
 //     rank computes (2 of a microbatch of 4), and
 //   - each layer's all-gather and all-reduce time measured on a 2-rank Gloo group over loopback
-//     (two threads of this process) at that layer's parameter size,
+//     at that layer's parameter size, by two single-threaded processes (as the workers are),
 // charges a layer's forward with one all-gather and its backward with one all-gather and one
 // all-reduce (the runtime's order; nothing overlaps), and lets sim::predict run the stage's 1F1B
 // over the step's microbatches. The measured figure is the slowest rank's action list
@@ -13,6 +13,7 @@
 // Also printed: the planner's closed form (compute x ceil(b/d)/b from the full-microbatch
 // profile), to show what the sample split costs against perfect halving.
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +24,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/torch.h>
 #include <vector>
 
 #include "data/dataset.h"
@@ -44,44 +45,98 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median ms of an all-gather and an all-reduce of a layer of `numel` floats on 2 Gloo ranks.
-std::pair<double, double> collectives_ms(int64_t numel, int reps) {
-  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<double> ag(reps), ar(reps);
-  auto rank_main = [&](int rank) {
-    auto t = bw::runtime::make_gloo_transport(store, fmt::format("bench{}", numel), rank, 2,
-                                              std::chrono::milliseconds(60000));
+// One rank of the collective calibration, run as its own single-threaded process as a worker
+// is: for every size in `sizes`, the median ms of an all-gather of half a layer and of an
+// all-reduce of a whole layer of that many floats, written by rank 0 to `result`.
+int calibrate_rank(int rank, const std::string& store_path, const std::vector<int64_t>& sizes,
+                   int reps, const std::string& result) {
+  torch::set_num_threads(1);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
+  auto t = bw::runtime::make_gloo_transport(store, "calibrate", rank, 2,
+                                            std::chrono::milliseconds(120000));
+  nlohmann::json out = nlohmann::json::object();
+  for (const int64_t numel : sizes) {
     const int64_t half = (numel + 1) / 2;
     auto in = torch::ones({half});
-    auto out = torch::empty({2 * half});
+    auto gathered = torch::empty({2 * half});
     auto full = torch::ones({numel});
+    std::vector<double> ag, ar;
     for (int i = 0; i < reps + 2; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      t->allgather(in, out);
+      t->allgather(in, gathered);
       auto t1 = std::chrono::steady_clock::now();
       t->allreduce_sum(full);
       auto t2 = std::chrono::steady_clock::now();
-      if (rank == 0 && i >= 2) {
-        ag[i - 2] = std::chrono::duration<double, std::milli>(t1 - t0).count();
-        ar[i - 2] = std::chrono::duration<double, std::milli>(t2 - t1).count();
+      if (i >= 2) {
+        ag.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        ar.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
       }
     }
-  };
-  std::thread other(rank_main, 1);
-  rank_main(0);
-  other.join();
-  return {median(ag), median(ar)};
+    out[std::to_string(numel)] = {median(ag), median(ar)};
+  }
+  if (rank == 0) std::ofstream(result) << out.dump();
+  return 0;
+}
+
+// Median ms of an all-gather and an all-reduce at each layer size, measured by two processes.
+std::map<int64_t, std::pair<double, double>> collectives_ms(const std::vector<int64_t>& sizes,
+                                                            int reps, const fs::path& dir) {
+  std::string list;
+  for (auto n : sizes) list += (list.empty() ? "" : ",") + std::to_string(n);
+  const auto store = dir / "calibrate.store", result = dir / "calibrate.json";
+  const auto self = fs::read_symlink("/proc/self/exe").string();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string r = std::to_string(rank), reps_s = std::to_string(reps);
+      execl(self.c_str(), self.c_str(), "--calibrate-rank", r.c_str(), "--store",
+            store.c_str(), "--sizes", list.c_str(), "--reps", reps_s.c_str(), "--result",
+            result.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "calibration rank failed\n");
+      std::exit(1);
+    }
+  }
+  const auto j = nlohmann::json::parse(std::ifstream(result));
+  std::map<int64_t, std::pair<double, double>> out;
+  for (auto n : sizes) {
+    const auto& v = j.at(std::to_string(n));
+    out[n] = {v.at(0).get<double>(), v.at(1).get<double>()};
+  }
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8;
-  std::string model_name = "small";
+  int steps = 8, calibrate = -1, reps = 15;
+  std::string model_name = "small", store_path, result, size_list;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--steps") steps = std::atoi(argv[i + 1]);
     if (k == "--model") model_name = argv[i + 1];
+    if (k == "--calibrate-rank") calibrate = std::atoi(argv[i + 1]);
+    if (k == "--store") store_path = argv[i + 1];
+    if (k == "--result") result = argv[i + 1];
+    if (k == "--sizes") size_list = argv[i + 1];
+    if (k == "--reps") reps = std::atoi(argv[i + 1]);
+  }
+  if (calibrate >= 0) {
+    std::vector<int64_t> list;
+    for (size_t at = 0; at < size_list.size();) {
+      const size_t comma = std::min(size_list.find(',', at), size_list.size());
+      list.push_back(std::stoll(size_list.substr(at, comma - at)));
+      at = comma + 1;
+    }
+    return calibrate_rank(calibrate, store_path, list, reps, result);
   }
   const int mbs = 4, width = 2, microbatches = 8;
   const auto dir = fs::temp_directory_path() / fmt::format("bw_sharded_step_bench_{}", getpid());
@@ -99,11 +154,12 @@ int main(int argc, char** argv) {
   const auto rows = profile_at(mbs / width);
   const auto full = profile_at(mbs);
 
-  std::map<int64_t, std::pair<double, double>> comm;
+  std::vector<int64_t> sizes;
   for (int l = 0; l < layers; ++l) {
     const int64_t n = bw::model::num_parameters(model, l);
-    if (!comm.count(n)) comm[n] = collectives_ms(n, 15);
+    if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
   }
+  const auto comm = collectives_ms(sizes, reps, dir);
 
   auto costs = [&](const bw::model::MeasuredProfile& p, double share) {
     std::vector<bw::sim::LayerCost> out;
@@ -121,10 +177,13 @@ int main(int argc, char** argv) {
       bw::sim::predict(spec, bw::sim::layer_costs(costs(rows, 1.0), {0, layers}, {})).iteration_ms;
   const double closed_form =
       bw::sim::predict(spec, bw::sim::layer_costs(costs(full, 0.5), {0, layers}, {})).iteration_ms;
-  double comm_ms = 0;
+  double comm_ms = 0, gather_pred = 0, reduce_pred = 0, compute_pred = 0;
   for (int l = 0; l < layers; ++l) {
     const auto [ag, ar] = comm.at(bw::model::num_parameters(model, l));
     comm_ms += microbatches * (2 * ag + ar);
+    gather_pred += microbatches * 2 * ag;
+    reduce_pred += microbatches * ar;
+    compute_pred += microbatches * (rows.layers[l].forward_ms + rows.layers[l].backward_ms);
   }
 
   std::string data_path;
@@ -148,15 +207,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "failed: %s\n", cmd.c_str());
     return 1;
   }
-  std::vector<double> exec, step;
+  std::vector<double> exec, step, gather, reduce, compute;
   std::ifstream in(out_dir / "metrics.jsonl");
   int line_no = 0;
   for (std::string line; std::getline(in, line); ++line_no) {
     auto j = nlohmann::json::parse(line);
     if (!j.contains("ranks") || line_no == 0) continue;
     double slowest = 0;
-    for (const auto& r : j.at("ranks")) slowest = std::max(slowest, r.at("exec_ms").get<double>());
+    const nlohmann::json* slow = nullptr;
+    for (const auto& r : j.at("ranks")) {
+      if (r.at("exec_ms").get<double>() >= slowest) {
+        slowest = r.at("exec_ms").get<double>();
+        slow = &r;
+      }
+    }
     exec.push_back(slowest);
+    gather.push_back(slow->value("gather_ms", 0.0));
+    reduce.push_back(slow->value("reduce_ms", 0.0));
+    compute.push_back(slow->at("compute_ms").get<double>() - gather.back() - reduce.back());
     step.push_back(j.at("step_s").get<double>() * 1000);
   }
   const double measured = median(exec);
@@ -167,6 +235,12 @@ int main(int argc, char** argv) {
              predicted);
   fmt::print("{:<52} {:>9.1f} ms\n", "planner closed form (profile at 4 rows x 1/2)", closed_form);
   fmt::print("{:<52} {:>9.1f} ms\n", "measured (slowest rank's action list, median)", measured);
+  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n", "  of which layer compute",
+             median(compute), compute_pred);
+  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n",
+             "  of which gathers (collective + copies)", median(gather), gather_pred);
+  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n", "  of which gradient reduction",
+             median(reduce), reduce_pred);
   fmt::print("{:<52} {:>9.1f} ms\n", "measured whole step (incl. sync + AdamW)", median(step));
   fmt::print("{:<52} {:>9.3f}\n", "measured / predicted", measured / predicted);
   fmt::print("{:<52} {:>9.3f}\n", "measured / closed form", measured / closed_form);

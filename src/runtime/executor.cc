@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -218,6 +219,7 @@ void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::
     const int l = first + i;
     auto& [in, out] = slot.layer_io[i];
     shards_->gather(l);
+    shards_->prepare_gradients(l);
     if (grad.defined()) {
       torch::autograd::backward({out}, {grad});
     } else {
@@ -237,6 +239,7 @@ void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::
 StepStats Executor::run_step(const BatchFn& batch) {
   StepStats stats;
   stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
+  if (shards_ != nullptr) shards_->take_comm_ms();
   const auto t_step = Clock::now();
   using schedule::ActionKind;
   for (const auto& a : pipeline_.schedule.actions[device_]) {
@@ -303,6 +306,7 @@ StepStats Executor::run_step(const BatchFn& batch) {
            "device {}: step ended with {} chunk states and {} unsent gradients", device_,
            slots_.size(), outgoing_grads_.size());
   stats.total_ms = ms_since(t_step);
+  if (shards_ != nullptr) std::tie(stats.gather_ms, stats.reduce_ms) = shards_->take_comm_ms();
   return stats;
 }
 

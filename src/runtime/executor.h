@@ -52,6 +52,8 @@ struct StepStats {
   double data_ms = 0.0;     // reading microbatches from the sampler
   double post_ms = 0.0;     // posting isend/irecv
   double free_ms = 0.0;     // releasing a finished microbatch graph and tensors
+  double gather_ms = 0.0;   // sharded stage: parameter all-gathers (counted in compute_ms too)
+  double reduce_ms = 0.0;   // sharded stage: gradient all-reduces (counted in compute_ms too)
   double total_ms = 0.0;    // the whole action list
   // Per chunk of the pipeline: milliseconds in F, B, I and W over the step (zero for chunks on
   // other devices): the op timings the simulator can be fed with.

@@ -3,13 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "core/check.h"
 #include "core/error.h"
 
 namespace bw::runtime {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 // The parameter's storage gets room again (after release) and `values` are written into it
 // without touching its version counter, so autograd's saved references stay valid.
@@ -22,6 +29,18 @@ void materialize(const torch::Tensor& p, const torch::Tensor& values) {
   }
   auto raw = torch::from_blob(p.data_ptr(), p.sizes(), p.options().requires_grad(false));
   raw.copy_(values.view(p.sizes()));
+}
+
+// The parameter's storage becomes the `numel` floats of `flat` at `offset`, without a copy and
+// without touching its version counter (autograd's saved references stay valid): the storage
+// keeps `flat`'s memory alive until it is released.
+void point_into(const torch::Tensor& p, const torch::Tensor& flat, int64_t offset) {
+  auto* impl = p.storage().unsafeGetStorageImpl();
+  auto* keep = new c10::Storage(flat.storage());
+  void* data = static_cast<float*>(flat.data_ptr()) + offset;
+  impl->set_data_ptr_noswap(c10::DataPtr(
+      data, keep, [](void* ctx) { delete static_cast<c10::Storage*>(ctx); }, flat.device()));
+  impl->set_nbytes(static_cast<size_t>(p.numel()) * p.element_size());
 }
 
 void free_storage(const torch::Tensor& p) { p.storage().unsafeGetStorageImpl()->reset(); }
@@ -106,12 +125,64 @@ torch::Tensor StageShards::gather_flat(const torch::Tensor& slice, int layer) {
   return torch::cat(parts);
 }
 
+std::pair<double, double> StageShards::take_comm_ms() {
+  const std::pair<double, double> out{gather_ms_, reduce_ms_};
+  gather_ms_ = reduce_ms_ = 0;
+  return out;
+}
+
 void StageShards::gather(int layer) {
+  const auto t0 = Clock::now();
   torch::NoGradGuard no_grad;
-  auto flat = gather_flat(state_.shard(layer).param, layer);
+  const auto& params = compute_.at(layer)->parameter_list();
+  if (group_ == nullptr) {
+    const auto& flat = state_.shard(layer).param;
+    int64_t offset = 0;
+    for (const auto& [name, p] : params) {
+      materialize(p, flat.narrow(0, offset, p.numel()));
+      offset += p.numel();
+    }
+    return;
+  }
+  // All-gathered into one buffer that the parameters then point into: the layer exists once.
+  // Uneven pieces arrive padded to the largest and are closed up in place, in rank order (each
+  // piece moves towards the front, so memmove never overwrites what is still to move).
+  const int64_t n = model::num_parameters(state_.model(), layer);
+  const int w = group_->size();
+  const int64_t max = split_range(n, w, 0).second;
+  auto flat = torch::empty({max * w}, torch::kFloat32);
+  const auto& slice = state_.shard(layer).param;
+  if (slice.numel() == max) {
+    group_->allgather(slice.contiguous(), flat);
+  } else {
+    auto in = torch::zeros({max}, torch::kFloat32);
+    in.narrow(0, 0, slice.numel()).copy_(slice);
+    group_->allgather(in, flat);
+  }
+  if (n % w != 0) {
+    float* data = flat.data_ptr<float>();
+    for (int j = 1; j < w; ++j) {
+      const auto [b, e] = split_range(n, w, j);
+      std::memmove(data + b, data + j * max, static_cast<size_t>(e - b) * sizeof(float));
+    }
+  }
+  int64_t offset = 0;
+  for (const auto& [name, p] : params) {
+    point_into(p, flat, offset);
+    offset += p.numel();
+  }
+  gather_ms_ += ms_since(t0);
+}
+
+void StageShards::prepare_gradients(int layer) {
+  BW_CHECK(group_ != nullptr, "gradient buffer on a stage of one rank");
+  torch::NoGradGuard no_grad;
+  const int64_t n = model::num_parameters(state_.model(), layer);
+  auto& flat = grad_buffer_[layer];
+  flat = torch::zeros({n}, torch::kFloat32);
   int64_t offset = 0;
   for (const auto& [name, p] : compute_.at(layer)->parameter_list()) {
-    materialize(p, flat.narrow(0, offset, p.numel()));
+    p.mutable_grad() = flat.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
   }
 }
@@ -123,13 +194,27 @@ void StageShards::release(int layer) {
 
 void StageShards::reduce_gradients(int layer) {
   BW_CHECK(group_ != nullptr, "gradient reduction on a stage of one rank");
+  const auto t0 = Clock::now();
   torch::NoGradGuard no_grad;
   auto& layer_ref = *compute_.at(layer);
-  auto flat = flat_grad(layer_ref);
+  auto it = grad_buffer_.find(layer);
+  BW_CHECK(it != grad_buffer_.end(), "layer {}: gradients reduced before prepare_gradients", layer);
+  // Autograd accumulated into the buffer in place, unless it replaced a parameter's gradient.
+  int64_t offset = 0;
+  for (const auto& [name, p] : layer_ref.parameter_list()) {
+    const auto& g = p.grad();
+    if (g.defined() && g.data_ptr() != it->second.data_ptr<float>() + offset) {
+      it->second.narrow(0, offset, p.numel()).copy_(g.reshape({-1}));
+    }
+    offset += p.numel();
+    p.mutable_grad() = torch::Tensor();
+  }
+  auto flat = std::move(it->second);
+  grad_buffer_.erase(it);
   group_->allreduce_sum(flat);
   auto& sh = state_.shard(layer);
   sh.grad.add_(flat.narrow(0, sh.begin, sh.size()));
-  for (const auto& [name, p] : layer_ref.parameter_list()) p.mutable_grad() = torch::Tensor();
+  reduce_ms_ += ms_since(t0);
 }
 
 void StageShards::zero_gradients() {

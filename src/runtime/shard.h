@@ -8,9 +8,11 @@
 // - on a stage of w > 1 ranks (FULL_SHARD, as FSDP does it) the compute layer's parameter storage
 //   is empty except between gather() and release(): gather() all-gathers the stage's shards into
 //   it, release() frees it. Autograd's saved tensors share that storage, so the executor gathers
-//   again before a layer's backward. After each microbatch's backward of a layer,
-//   reduce_gradients() all-reduces the full gradient over the stage (Gloo in LibTorch 1.13 has
-//   no reduce-scatter), adds this rank's slice to the shard's gradient and frees the rest.
+//   again before a layer's backward. The gather goes straight into one buffer that the
+//   parameters point into (no copy). Each microbatch's backward of a layer accumulates into one
+//   flat gradient buffer (prepare_gradients()); reduce_gradients() all-reduces it over the stage
+//   (Gloo in LibTorch 1.13 has no reduce-scatter), adds this rank's slice to the shard's gradient
+//   and frees the rest.
 //
 // The update is AdamW per piece: a piece is one parameter's elements inside one segment, so the
 // replicas of a segment (one rank per pipeline) run the same operations on tensors of the same
@@ -54,7 +56,13 @@ class StageShards {
 
   void gather(int layer);
   void release(int layer);
-  // Stage of w > 1 ranks: after one microbatch's backward of `layer`.
+  // Milliseconds spent in gather() and reduce_gradients() (collective and copies) since the last
+  // call; the executor reports them per step.
+  std::pair<double, double> take_comm_ms();
+  // Stage of w > 1 ranks: before one microbatch's backward of `layer`, its parameters' gradients
+  // become views of one zeroed flat buffer, which autograd accumulates into in place; after the
+  // backward, reduce_gradients() all-reduces that buffer over the stage.
+  void prepare_gradients(int layer);
   void reduce_gradients(int layer);
   // Before a step: shard gradients zero, compute gradients cleared.
   void zero_gradients();
@@ -89,6 +97,8 @@ class StageShards {
   std::map<int, std::shared_ptr<model::Layer>> compute_;
   std::vector<Piece> pieces_;
   std::vector<Segment> segments_;  // of this rank's layers, the ones it holds
+  std::map<int, torch::Tensor> grad_buffer_;  // layer -> its full flat gradient being computed
+  double gather_ms_ = 0, reduce_ms_ = 0;
 };
 
 // AdamW (decoupled weight decay) on flat tensors, in the operation order of

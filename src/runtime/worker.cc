@@ -37,6 +37,8 @@ nlohmann::json StepReport::to_json() const {
           {"data_ms", data_ms},
           {"post_ms", post_ms},
           {"free_ms", free_ms},
+          {"gather_ms", gather_ms},
+          {"reduce_ms", reduce_ms},
           {"sync_ms", sync_ms},
           {"num_actions", num_actions},
           {"peak_rss_kb", peak_rss_kb},
@@ -64,6 +66,8 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.data_ms = d.value("data_ms", 0.0);
   r.post_ms = d.value("post_ms", 0.0);
   r.free_ms = d.value("free_ms", 0.0);
+  r.gather_ms = d.value("gather_ms", 0.0);
+  r.reduce_ms = d.value("reduce_ms", 0.0);
   r.sync_ms = d.at("sync_ms");
   r.num_actions = d.at("num_actions");
   r.peak_rss_kb = d.at("peak_rss_kb");
@@ -204,6 +208,8 @@ PreparedStep Worker::prepare(int step) {
   r.data_ms = stats.data_ms;
   r.post_ms = stats.post_ms;
   r.free_ms = stats.free_ms;
+  r.gather_ms = stats.gather_ms;
+  r.reduce_ms = stats.reduce_ms;
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;
   r.chunk_ms = stats.chunk_ms;

@@ -54,6 +54,8 @@ struct StepReport {
   double data_ms = 0.0;     // reading microbatches
   double post_ms = 0.0;     // posting isend/irecv
   double free_ms = 0.0;     // releasing finished microbatches
+  double gather_ms = 0.0;   // sharded stage: all-gathers of parameters (inside compute_ms)
+  double reduce_ms = 0.0;   // sharded stage: gradient all-reduces (inside compute_ms)
   double sync_ms = 0.0;     // gradient sync + norm + optimizer
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
