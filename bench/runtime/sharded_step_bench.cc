@@ -1,4 +1,4 @@
-// bw_sharded_step_bench [--steps N] [--model small]: the step of one stage sharded over 2 devices
+// bw_sharded_step_bench [--steps N] [--rounds R] [--model small]: the step of one stage sharded over 2 devices
 // (docs/runtime.md "Sharded stages"), measured, against the simulator's prediction.
 //
 // Measure, then model: the prediction takes
@@ -117,7 +117,7 @@ std::map<int64_t, std::pair<double, double>> collectives_ms(const std::vector<in
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8, calibrate = -1, reps = 15;
+  int steps = 8, calibrate = -1, reps = 15, rounds = 3;
   std::string model_name = "small", store_path, result, size_list;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     if (k == "--result") result = argv[i + 1];
     if (k == "--sizes") size_list = argv[i + 1];
     if (k == "--reps") reps = std::atoi(argv[i + 1]);
+    if (k == "--rounds") rounds = std::atoi(argv[i + 1]);
   }
   if (calibrate >= 0) {
     std::vector<int64_t> list;
@@ -151,41 +152,11 @@ int main(int argc, char** argv) {
     po.threads = 1;
     return bw::model::measure_profile(po);
   };
-  const auto rows = profile_at(mbs / width);
-  const auto full = profile_at(mbs);
-
   std::vector<int64_t> sizes;
   for (int l = 0; l < layers; ++l) {
     const int64_t n = bw::model::num_parameters(model, l);
     if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
   }
-  const auto comm = collectives_ms(sizes, reps, dir);
-
-  auto costs = [&](const bw::model::MeasuredProfile& p, double share) {
-    std::vector<bw::sim::LayerCost> out;
-    for (int l = 0; l < layers; ++l) {
-      const auto [ag, ar] = comm.at(bw::model::num_parameters(model, l));
-      bw::sim::LayerCost c;
-      c.forward_ms = p.layers[l].forward_ms * share + ag;
-      c.backward_ms = p.layers[l].backward_ms * share + ag + ar;
-      out.push_back(c);
-    }
-    return out;
-  };
-  const bw::schedule::ScheduleSpec spec{"1f1b", 1, microbatches, 1, 1};
-  const double predicted =
-      bw::sim::predict(spec, bw::sim::layer_costs(costs(rows, 1.0), {0, layers}, {})).iteration_ms;
-  const double closed_form =
-      bw::sim::predict(spec, bw::sim::layer_costs(costs(full, 0.5), {0, layers}, {})).iteration_ms;
-  double comm_ms = 0, gather_pred = 0, reduce_pred = 0, compute_pred = 0;
-  for (int l = 0; l < layers; ++l) {
-    const auto [ag, ar] = comm.at(bw::model::num_parameters(model, l));
-    comm_ms += microbatches * (2 * ag + ar);
-    gather_pred += microbatches * 2 * ag;
-    reduce_pred += microbatches * ar;
-    compute_pred += microbatches * (rows.layers[l].forward_ms + rows.layers[l].backward_ms);
-  }
-
   std::string data_path;
   try {
     data_path = bw::data::default_corpus_path();
@@ -194,56 +165,97 @@ int main(int argc, char** argv) {
     std::ofstream out(data_path);
     for (int i = 0; i < 200000; ++i) out << "the stage gathers its layer " << i % 97 << "\n";
   }
-  const auto out_dir = dir / "run";
-  const std::string cmd = fmt::format(
-      "'{}' train --quiet --model.name={} --data.path='{}' --cluster.nodes=1 "
-      "--cluster.devices_per_node={} --pipeline.pipelines=[{}] --pipeline.devices_per_stage={} "
-      "--pipeline.schedule=1f1b --pipeline.fault_tolerance=0 --pipeline.microbatches={} "
-      "--pipeline.microbatch_size={} --train.steps={} --train.sample_tokens=0 "
-      "--train.threads_per_worker=1 --train.out_dir='{}' > '{}.log' 2>&1",
-      BW_BINARY, model_name, data_path, width, width, width, microbatches, mbs, steps,
-      out_dir.string(), out_dir.string());
-  if (std::system(cmd.c_str()) != 0) {
-    std::fprintf(stderr, "failed: %s\n", cmd.c_str());
-    return 1;
-  }
-  std::vector<double> exec, step, gather, reduce, compute;
-  std::ifstream in(out_dir / "metrics.jsonl");
-  int line_no = 0;
-  for (std::string line; std::getline(in, line); ++line_no) {
-    auto j = nlohmann::json::parse(line);
-    if (!j.contains("ranks") || line_no == 0) continue;
-    double slowest = 0;
-    const nlohmann::json* slow = nullptr;
-    for (const auto& r : j.at("ranks")) {
-      if (r.at("exec_ms").get<double>() >= slowest) {
-        slowest = r.at("exec_ms").get<double>();
-        slow = &r;
+  const bw::schedule::ScheduleSpec spec{"1f1b", 1, microbatches, 1, 1};
+
+  // One round: the model's inputs measured (layer times, collectives), then the run; rounds
+  // interleave the two so that a change of the machine's load reaches both alike.
+  struct Round {
+    double predicted = 0, closed_form = 0, measured = 0, step = 0;
+    double compute = 0, gather = 0, reduce = 0;                 // measured parts
+    double compute_pred = 0, gather_pred = 0, reduce_pred = 0;  // predicted parts
+  };
+  auto round = [&](int index) {
+    Round r;
+    const auto rows = profile_at(mbs / width);
+    const auto full = profile_at(mbs);
+    const auto comm = collectives_ms(sizes, reps, dir);
+    auto costs = [&](const bw::model::MeasuredProfile& p, double share) {
+      std::vector<bw::sim::LayerCost> out;
+      for (int l = 0; l < layers; ++l) {
+        const auto [ag, ar] = comm.at(bw::model::num_parameters(model, l));
+        bw::sim::LayerCost c;
+        c.forward_ms = p.layers[l].forward_ms * share + ag;
+        c.backward_ms = p.layers[l].backward_ms * share + ag + ar;
+        out.push_back(c);
       }
+      return out;
+    };
+    r.predicted =
+        bw::sim::predict(spec, bw::sim::layer_costs(costs(rows, 1.0), {0, layers}, {})).iteration_ms;
+    r.closed_form =
+        bw::sim::predict(spec, bw::sim::layer_costs(costs(full, 0.5), {0, layers}, {})).iteration_ms;
+    for (int l = 0; l < layers; ++l) {
+      const auto [ag, ar] = comm.at(bw::model::num_parameters(model, l));
+      r.gather_pred += microbatches * 2 * ag;
+      r.reduce_pred += microbatches * ar;
+      r.compute_pred += microbatches * (rows.layers[l].forward_ms + rows.layers[l].backward_ms);
     }
-    exec.push_back(slowest);
-    gather.push_back(slow->value("gather_ms", 0.0));
-    reduce.push_back(slow->value("reduce_ms", 0.0));
-    compute.push_back(slow->at("compute_ms").get<double>() - gather.back() - reduce.back());
-    step.push_back(j.at("step_s").get<double>() * 1000);
-  }
-  const double measured = median(exec);
+    const auto out_dir = dir / fmt::format("run{}", index);
+    const std::string cmd = fmt::format(
+        "'{}' train --quiet --model.name={} --data.path='{}' --cluster.nodes=1 "
+        "--cluster.devices_per_node={} --pipeline.pipelines=[{}] --pipeline.devices_per_stage={} "
+        "--pipeline.schedule=1f1b --pipeline.fault_tolerance=0 --pipeline.microbatches={} "
+        "--pipeline.microbatch_size={} --train.steps={} --train.sample_tokens=0 "
+        "--train.threads_per_worker=1 --train.out_dir='{}' > '{}.log' 2>&1",
+        BW_BINARY, model_name, data_path, width, width, width, microbatches, mbs, steps,
+        out_dir.string(), out_dir.string());
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "failed: %s\n", cmd.c_str());
+      std::exit(1);
+    }
+    std::vector<double> exec, step, gather, reduce, compute;
+    std::ifstream in(out_dir / "metrics.jsonl");
+    int line_no = 0;
+    for (std::string line; std::getline(in, line); ++line_no) {
+      auto j = nlohmann::json::parse(line);
+      if (!j.contains("ranks") || line_no == 0) continue;
+      const nlohmann::json* slow = nullptr;
+      for (const auto& rank : j.at("ranks")) {
+        if (slow == nullptr || rank.at("exec_ms").get<double>() > slow->at("exec_ms").get<double>())
+          slow = &rank;
+      }
+      exec.push_back(slow->at("exec_ms").get<double>());
+      gather.push_back(slow->value("gather_ms", 0.0));
+      reduce.push_back(slow->value("reduce_ms", 0.0));
+      compute.push_back(slow->at("compute_ms").get<double>() - gather.back() - reduce.back());
+      step.push_back(j.at("step_s").get<double>() * 1000);
+    }
+    r.measured = median(exec);
+    r.step = median(step);
+    r.compute = median(compute);
+    r.gather = median(gather);
+    r.reduce = median(reduce);
+    return r;
+  };
+
   fmt::print("model {} ({} layers), one stage on {} devices, {} microbatches of {}, {} steps\n",
              model_name, layers, width, microbatches, mbs, steps);
-  fmt::print("collectives per step (measured on 2 Gloo ranks): {:.1f} ms\n", comm_ms);
-  fmt::print("{:<52} {:>9.1f} ms\n", "predicted (profile at 2 rows + measured collectives)",
-             predicted);
-  fmt::print("{:<52} {:>9.1f} ms\n", "planner closed form (profile at 4 rows x 1/2)", closed_form);
-  fmt::print("{:<52} {:>9.1f} ms\n", "measured (slowest rank's action list, median)", measured);
-  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n", "  of which layer compute",
-             median(compute), compute_pred);
-  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n",
-             "  of which gathers (collective + copies)", median(gather), gather_pred);
-  fmt::print("{:<52} {:>9.1f} ms   predicted {:>7.1f}\n", "  of which gradient reduction",
-             median(reduce), reduce_pred);
-  fmt::print("{:<52} {:>9.1f} ms\n", "measured whole step (incl. sync + AdamW)", median(step));
-  fmt::print("{:<52} {:>9.3f}\n", "measured / predicted", measured / predicted);
-  fmt::print("{:<52} {:>9.3f}\n", "measured / closed form", measured / closed_form);
+  fmt::print("ms per step; measured = the slowest rank's action list, median over the steps\n");
+  fmt::print("{:>5} {:>9} {:>9} {:>7} | {:>15} {:>15} {:>15} | {:>9}\n", "round", "measured",
+             "predicted", "ratio", "compute m/p", "gathers m/p", "reduce m/p", "closed");
+  std::vector<double> ratios, closed_ratios;
+  for (int i = 0; i < rounds; ++i) {
+    const Round r = round(i);
+    ratios.push_back(r.measured / r.predicted);
+    closed_ratios.push_back(r.measured / r.closed_form);
+    fmt::print("{:>5} {:>9.1f} {:>9.1f} {:>7.3f} | {:>7.1f}/{:<7.1f} {:>7.1f}/{:<7.1f} "
+               "{:>7.1f}/{:<7.1f} | {:>9.1f}\n",
+               i, r.measured, r.predicted, ratios.back(), r.compute, r.compute_pred, r.gather,
+               r.gather_pred, r.reduce, r.reduce_pred, r.closed_form);
+    std::fflush(stdout);
+  }
+  fmt::print("median measured / predicted   {:.3f}\n", median(ratios));
+  fmt::print("median measured / closed form {:.3f}\n", median(closed_ratios));
   fs::remove_all(dir);
   return 0;
 }

@@ -28,6 +28,7 @@ struct PlanArgs {
   int template_microbatches = 0;
   int threads = 1;
   int max_stage_devices = 0;  // 0: devices per node
+  bool recompute = false;
   std::string schedules = "1f1b,interleaved,hanayo-w1,hanayo-w2";
   bool json = false;
 };
@@ -188,6 +189,7 @@ void run(const PlanArgs& a) {
         a.max_stage_devices, cluster.devices_per_node, cluster.devices_per_node));
   plan::PlannerOptions opt;
   opt.max_stage_devices = a.max_stage_devices;
+  opt.recompute = a.recompute;
   if (a.template_microbatches > 0) opt.template_microbatches = a.template_microbatches;
   opt.threads = a.threads;
   if (a.schedules != "closed-form") {
@@ -262,6 +264,10 @@ void add(CLI::App& app) {
                   "most devices of a node one stage may span, sharded across them (default: "
                   "devices per node; 1 = no sharding; never more than the profile's microbatch "
                   "size)");
+  sub->add_flag("--recompute", args->recompute,
+                "plan with activation recomputation (the runtime's pipeline.recompute): a "
+                "microbatch in flight keeps only its layers' inputs, each layer's forward runs "
+                "again before its backward");
   sub->add_option("--schedules", args->schedules,
                   "schedule kinds a template may use, chosen per node count by the simulator "
                   "(1f1b, interleaved, hanayo-w1, hanayo-w2), or closed-form for the closed-form "

@@ -301,7 +301,8 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
     }
     plan::PlannerOptions options;
     options.schedule_kinds = plan::simulated_schedule_kinds();
-    options.evaluator = plan::simulator_evaluator(profile, ctx.cluster);
+    options.recompute = p.recompute == "full";
+    options.evaluator = plan::simulator_evaluator(profile, ctx.cluster, 4, options.recompute);
     auto result = plan::make_plan(profile, ctx.cluster, p.fault_tolerance, p.microbatches, options);
     ctx.templates = std::move(result.templates);
     plan = std::move(result.plan);
@@ -372,12 +373,18 @@ std::pair<PlanContext, RunPlan> initial_plan(const runtime::RunConfig& config,
         t = custom ? &*custom : nullptr;
       }
       if (t == nullptr) {
-        const auto spec = config_spec(p, devices[i], microbatches[i], num_layers);
+        // The fewest chunks the schedule can take (config_spec lowers waves and chunks per
+        // device down to 1 before it gives up).
+        schedule::ScheduleSpec fewest;
+        fewest.kind = p.schedule;
+        fewest.devices = devices[i];
+        fewest.microbatches = microbatches[i];
+        fewest.waves = 1;
+        fewest.chunks_per_device = 1;
         throw ConfigError(fmt::format(
             "a pipeline of {} devices needs at least {} layers for schedule {}, and model {} "
             "has only {} layers; use fewer devices per pipeline or a bigger model",
-            devices[i], spec ? schedule::num_chunks(*spec) : devices[i], p.schedule, model.name,
-            num_layers));
+            devices[i], schedule::num_chunks(fewest), p.schedule, model.name, num_layers));
       }
       plan::Pipeline pipe;
       pipe.tmpl = *t;
@@ -423,7 +430,8 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
     const double limit = config.cluster.memory_gb * 1e9;
     for (int pi = 0; pi < static_cast<int>(layout.pipelines.size()); ++pi) {
       for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
-        const double need = estimate_device_bytes(layout, model, pi, d);
+        const double need =
+            estimate_device_bytes(layout, model, pi, d, config.pipeline.recompute == "full");
         if (need > limit) {
           const int r = layout.pipelines[pi].stage_first_rank(d);
           throw ConfigError(fmt::format(
@@ -467,11 +475,14 @@ runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
 }
 
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
-                             int pipeline, int device) {
+                             int pipeline, int device, bool recompute) {
   const auto& pl = layout.pipelines[pipeline];
   const int rank = pl.stage_first_rank(device);
   const int width = pl.widths[device];
-  double param_count = 0, act_bytes_per_mb = 0, largest = 0;
+  // Recomputing, a microbatch in flight keeps each layer's input (token ids for the embedding,
+  // [mbs, T, d] otherwise) and one layer's activations exist while it runs again.
+  double param_count = 0, act_bytes_per_mb = 0, largest = 0, input_bytes_per_mb = 0,
+         largest_act = 0;
   for (int l : layout.layers_of(rank)) {
     param_count += static_cast<double>(model::num_parameters(model, l));
     largest = std::max(largest, static_cast<double>(model::num_parameters(model, l)));
@@ -479,19 +490,26 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
     const double btd = double(layout.microbatch_size) * model.seq_len * model.d_model;
     const double att =
         double(layout.microbatch_size) * model.n_heads * model.seq_len * model.seq_len;
+    double act = 0;
     switch (model::layer_kind(model, l)) {
       case model::LayerKind::kEmbedding:
-        act_bytes_per_mb += 4 * btd;
+        act = 4 * btd;
+        input_bytes_per_mb += 8.0 * layout.microbatch_size * model.seq_len;
         break;
       case model::LayerKind::kBlock:
-        act_bytes_per_mb += 4 * (16 * btd + 2 * att);
+        act = 4 * (16 * btd + 2 * att);
+        input_bytes_per_mb += 4 * btd;
         break;
       case model::LayerKind::kHead:
-        act_bytes_per_mb +=
-            4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len * model.vocab_size);
+        act = 4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len * model.vocab_size);
+        input_bytes_per_mb += 4 * btd;
         break;
     }
+    act_bytes_per_mb += act;
+    largest_act = std::max(largest_act, act);
   }
+  if (recompute) act_bytes_per_mb = input_bytes_per_mb;
+  const double recomputed = recompute ? largest_act : 0;
   // In flight: at most every microbatch the device forwards before its first backward.
   int in_flight = 0, peak = 0;
   for (const auto& a : pl.schedule.actions[device]) {
@@ -499,12 +517,13 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
     if (a.kind == schedule::ActionKind::B || a.kind == schedule::ActionKind::W) --in_flight;
   }
   // `peak` counts chunk-microbatches; each holds only its chunk's share, so this bounds above.
-  if (width == 1) return 16.0 * param_count + act_bytes_per_mb * std::max(1, peak);
+  if (width == 1) return 16.0 * param_count + recomputed + act_bytes_per_mb * std::max(1, peak);
   // Sharded: 1/width of the state, one layer gathered whole (parameters and gradient), and
   // activations of the member's rows only.
   const double rows = std::ceil(static_cast<double>(layout.microbatch_size) / width);
-  return 16.0 * param_count / width + 8.0 * largest +
-         act_bytes_per_mb * rows / layout.microbatch_size * std::max(1, peak);
+  const double share = rows / layout.microbatch_size;
+  return 16.0 * param_count / width + 8.0 * largest + recomputed * share +
+         act_bytes_per_mb * share * std::max(1, peak);
 }
 
 }  // namespace bw::elastic

@@ -88,7 +88,8 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
                   const runtime::RunConfig& config);
 
 // Estimated bytes device `device` of pipeline `pipeline` needs (see above).
+// `recompute`: pipeline.recompute = "full" (a microbatch in flight keeps each layer's input).
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
-                             int pipeline, int device);
+                             int pipeline, int device, bool recompute = false);
 
 }  // namespace bw::elastic

@@ -5,6 +5,29 @@
 #include "core/check.h"
 
 namespace bw::plan {
+namespace {
+
+// Sparse table for O(1) range maxima: table[k][i] = max of values over [i, i + 2^k).
+std::vector<std::vector<double>> sparse_max(std::vector<double> values) {
+  std::vector<std::vector<double>> table{std::move(values)};
+  const size_t n = table[0].size();
+  for (int k = 1; (static_cast<size_t>(1) << k) <= n; ++k) {
+    const auto& prev = table[k - 1];
+    std::vector<double> row(n - (static_cast<size_t>(1) << k) + 1);
+    for (size_t i = 0; i < row.size(); ++i)
+      row[i] = std::max(prev[i], prev[i + (static_cast<size_t>(1) << (k - 1))]);
+    table.push_back(std::move(row));
+  }
+  return table;
+}
+
+double range_max(const std::vector<std::vector<double>>& table, int first, int count) {
+  int k = 0;
+  while ((2 << k) <= count) ++k;
+  return std::max(table[k][first], table[k][first + count - (1 << k)]);
+}
+
+}  // namespace
 
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, CostOptions options)
     : num_layers_(profile.num_layers()),
@@ -19,30 +42,35 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, CostOptions
   if (options_.max_stage_devices > 0)
     max_stage_devices_ = std::min(max_stage_devices_, options_.max_stage_devices);
   fwd_.assign(num_layers_ + 1, 0);
-  bwd_ = param_ = act_ = fwd_;
+  bwd_ = param_ = act_ = in_ = fwd_;
+  std::vector<double> params, acts;
   for (int i = 0; i < num_layers_; ++i) {
     const auto& l = profile.layers[i];
     fwd_[i + 1] = fwd_[i] + l.forward_ms;
     bwd_[i + 1] = bwd_[i] + l.backward_ms;
     param_[i + 1] = param_[i] + l.param_bytes;
     act_[i + 1] = act_[i] + l.activation_bytes;
+    // A layer's input is the previous layer's output; the first layer's is the token ids, which
+    // are its activations.
+    in_[i + 1] = in_[i] + (i == 0 ? l.activation_bytes : profile.layers[i - 1].output_bytes);
     output_bytes_.push_back(l.output_bytes);
+    params.push_back(l.param_bytes);
+    acts.push_back(l.activation_bytes);
   }
-  max_param_.emplace_back();
-  for (const auto& l : profile.layers) max_param_[0].push_back(l.param_bytes);
-  for (int k = 1; (1 << k) <= num_layers_; ++k) {
-    const auto& prev = max_param_[k - 1];
-    std::vector<double> row(num_layers_ - (1 << k) + 1);
-    for (size_t i = 0; i < row.size(); ++i)
-      row[i] = std::max(prev[i], prev[i + (static_cast<size_t>(1) << (k - 1))]);
-    max_param_.push_back(std::move(row));
-  }
+  max_param_ = sparse_max(std::move(params));
+  max_act_ = sparse_max(std::move(acts));
 }
 
 double CostModel::max_layer_param_bytes(int first, int count) const {
-  int k = 0;
-  while ((2 << k) <= count) ++k;
-  return std::max(max_param_[k][first], max_param_[k][first + count - (1 << k)]);
+  return range_max(max_param_, first, count);
+}
+
+double CostModel::max_layer_activation_bytes(int first, int count) const {
+  return range_max(max_act_, first, count);
+}
+
+double CostModel::input_bytes(int first, int count) const {
+  return in_[first + count] - in_[first];
 }
 
 double CostModel::sample_share(int devices) const {
@@ -86,7 +114,10 @@ double CostModel::stage_state_bytes(int first, int count, int devices) const {
 }
 
 double CostModel::stage_transient_bytes(int first, int count, int devices) const {
-  return devices <= 1 ? 0 : 2 * max_layer_param_bytes(first, count);
+  const double gathered = devices <= 1 ? 0 : 2 * max_layer_param_bytes(first, count);
+  const double recomputed =
+      recompute() ? max_layer_activation_bytes(first, count) * sample_share(devices) : 0;
+  return gathered + recomputed;
 }
 
 double CostModel::stage_memory(int first, int count, int devices, int in_flight) const {

@@ -22,6 +22,13 @@
 // Memory per device of stage s (1F1B keeps min(m, S - s) microbatches in flight at stage s):
 //   mem_s = state_factor * P_s / d + [d >= 2] 2 max_l P_l + min(m, S - s) * A_s * q_s
 // (the gathered parameters of one layer and its full gradient exist at once while it computes).
+// With activation recomputation (CostOptions::recompute) a microbatch in flight keeps only the
+// inputs of the stage's layers, I_s = sum_l I_l (I_l = the output bytes of layer l - 1; the
+// token ids, A_0, for layer 0), and one layer's activations exist while it recomputes and runs
+// its backward; its forward runs twice:
+//   t_s   = (2 F_s + B_s) * q_s + x_s + c_s
+//   mem_s = state_factor * P_s / d + [d >= 2] 2 max_l P_l + max_l A_l * q_s
+//           + min(m, S - s) * I_s * q_s
 #pragma once
 
 #include <optional>
@@ -48,6 +55,9 @@ struct CostOptions {
   // Most devices one stage may span (1 = no sharding); 0 = the node's device count g. Stages
   // never span more than g devices, nor more than the profile's microbatch size.
   int max_stage_devices = 0;
+  // Activation recomputation (the runtime's pipeline.recompute): a microbatch in flight keeps
+  // only each layer's input; a layer's forward runs again just before its backward.
+  bool recompute = false;
 };
 
 struct PipelineCost {
@@ -80,15 +90,21 @@ class CostModel {
   double param_bytes(int first, int count) const;
   double activation_bytes(int first, int count) const;
   double max_layer_param_bytes(int first, int count) const;  // largest P_l, O(1)
+  double max_layer_activation_bytes(int first, int count) const;  // largest A_l, O(1)
+  // I_s: the bytes of the layers' inputs, what recomputation keeps per microbatch in flight.
+  double input_bytes(int first, int count) const;
+  bool recompute() const { return options_.recompute; }
   double output_bytes(int last_layer) const { return output_bytes_[last_layer]; }
   // Samples of a microbatch the busiest of d devices computes, over the microbatch size:
   // ceil(b / d) / b (1 for d = 1).
   double sample_share(int devices) const;
   // c_s for a stage ending at `last_layer` whose successor is (not) on the same node.
   double comm_ms(int last_layer, bool next_same_node) const;
-  // A device's share of the stage's forward + backward compute per microbatch.
+  // A device's share of the stage's forward + backward compute per microbatch (with the
+  // recomputed forward when recompute()).
   double stage_compute_ms(int first, int count, int devices) const {
-    return compute_ms(first, count) * sample_share(devices);
+    return (compute_ms(first, count) + (recompute() ? forward_ms(first, count) : 0)) *
+           sample_share(devices);
   }
   // Per microbatch: the parameter all-gathers (forward, backward) and gradient all-reduces of a
   // sharded stage's layers (0 for one device).
@@ -100,11 +116,13 @@ class CostModel {
   // mem_s per device with `in_flight` microbatches' activations kept.
   double stage_memory(int first, int count, int devices, int in_flight) const;
   // The parts of mem_s: state (parameters, gradients, optimizer) per device, the transient
-  // gathered layer + its gradient, and activations per in-flight microbatch per device.
+  // gathered layer + its gradient (+ one layer's recomputed activations), and activations (or,
+  // recomputing, layer inputs) per in-flight microbatch per device.
   double stage_state_bytes(int first, int count, int devices) const;
   double stage_transient_bytes(int first, int count, int devices) const;
   double stage_activation_bytes(int first, int count, int devices) const {
-    return activation_bytes(first, count) * sample_share(devices);
+    return (recompute() ? input_bytes(first, count) : activation_bytes(first, count)) *
+           sample_share(devices);
   }
 
   // Evaluates a full pipeline from scratch (the oracle's path): checks the shape covers every
@@ -118,10 +136,11 @@ class CostModel {
   int max_stage_devices_;
   Cluster cluster_;
   CostOptions options_;
-  std::vector<double> fwd_, bwd_, param_, act_;  // prefix sums, size L + 1
+  std::vector<double> fwd_, bwd_, param_, act_, in_;  // prefix sums, size L + 1
   std::vector<double> output_bytes_;
-  // Sparse table of layer parameter bytes: max_param_[k][i] = max of P_l over [i, i + 2^k).
-  std::vector<std::vector<double>> max_param_;
+  // Sparse tables of layer parameter and activation bytes: max_param_[k][i] = max of P_l over
+  // [i, i + 2^k), likewise max_act_ for A_l.
+  std::vector<std::vector<double>> max_param_, max_act_;
 };
 
 }  // namespace bw::plan

@@ -21,11 +21,13 @@ TemplateOptions template_options(const PlannerOptions& o, int m, const Profile& 
   t.cost.microbatches = m;
   t.cost.state_bytes_per_param_byte = o.state_bytes_per_param_byte;
   t.cost.max_stage_devices = o.max_stage_devices;
+  t.cost.recompute = o.recompute;
   t.threads = o.threads;
   t.schedule_kinds = o.schedule_kinds;
   t.evaluator = o.evaluator;
   if (!t.schedule_kinds.empty() && !t.evaluator)
-    t.evaluator = simulator_evaluator(profile, cluster, o.state_bytes_per_param_byte);
+    t.evaluator =
+        simulator_evaluator(profile, cluster, o.state_bytes_per_param_byte, o.recompute);
   return t;
 }
 
@@ -122,10 +124,13 @@ std::string layer_terms(const Profile& profile, const CostModel& model, int l, i
         "model '{}' does not fit on devices of {} GB with any number of nodes: the activations "
         "kept in flight do not fit. 1F1B keeps S - s microbatches in flight at stage s of S; even "
         "ignoring how stages fill nodes, only the last {} of the {} layers fit in a pipeline (on "
-        "{} stages), and no stage holding layer {} fits in front of them: {}; raise --memory-gb "
-        "or use a profile with less activation memory per sample.{}",
+        "{} stages), and no stage holding layer {} fits in front of them: {}; raise --memory-gb, "
+        "{}or use a profile with less activation memory per sample.{}",
         profile.model, cluster.device_memory_gb, L - first, L, fewest[first], first - 1,
-        layer_terms(profile, model, first - 1, in_flight), note));
+        layer_terms(profile, model, first - 1, in_flight),
+        model.recompute() ? ""
+                          : "recompute activations (--recompute; pipeline.recompute for train) ",
+        note));
   }
   throw ConfigError(fmt::format(
       "model '{}' does not fit on {} nodes x {} devices of {} GB: {} stages would hold it, but "

@@ -20,6 +20,7 @@ struct PlannerOptions {
   std::optional<int> template_microbatches;  // m; default as above
   double state_bytes_per_param_byte = 4;
   int max_stage_devices = 0;  // widest stage (1 = no sharding); 0 = devices per node
+  bool recompute = false;     // activation recomputation (CostOptions::recompute)
   int threads = 1;
   std::vector<std::string> schedule_kinds;  // extra kinds for schedule-aware templates
   ScheduleEvaluator evaluator;

@@ -45,9 +45,11 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches) {
 }
 
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
-                                      double state_bytes_per_param_byte) {
-  auto shared_model = std::make_shared<const CostModel>(profile, cluster, CostOptions{});
-  return [profile, cluster, state_bytes_per_param_byte, shared_model](
+                                      double state_bytes_per_param_byte, bool recompute) {
+  CostOptions options;
+  options.recompute = recompute;
+  auto shared_model = std::make_shared<const CostModel>(profile, cluster, options);
+  return [profile, cluster, state_bytes_per_param_byte, recompute, shared_model](
              const Template& t, const std::string& kind) -> std::optional<ScheduleEstimate> {
     const CostModel& model = *shared_model;
     const int stages = t.num_stages();
@@ -60,7 +62,9 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
     // Per-layer costs on one of the stage's devices (cost_model.h): its share of the compute and
     // activations, the shard collectives added to the layer's forward (one all-gather) and
     // backward (one all-gather + the gradient all-reduce), not overlapped, and 1/d of the layer's
-    // parameters (the gathered copy is added to the memory below).
+    // parameters (the gathered copy is added to the memory below). Recomputing, a layer's
+    // backward runs its forward again first, and a microbatch in flight keeps only the layer's
+    // input (cost_model.h).
     std::vector<sim::LayerCost> layers;
     for (const auto& s : t.stages) {
       if (s.num_devices > model.max_stage_devices()) return std::nullopt;  // cannot run
@@ -69,14 +73,15 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
         const int d = s.num_devices;
         const double share = model.sample_share(d);
         const double gather_ms = model.shard_comm_ms(l, 1, d) / 4;  // one all-gather
+        const double again = recompute ? lp.forward_ms * share : 0;
         sim::LayerCost c;
         c.forward_ms = lp.forward_ms * share + gather_ms;
-        c.backward_ms = lp.backward_ms * share + 3 * gather_ms;
+        c.backward_ms = lp.backward_ms * share + again + 3 * gather_ms;
         if (lp.backward_input_ms) {
-          c.backward_input_ms = *lp.backward_input_ms * share + gather_ms;
+          c.backward_input_ms = *lp.backward_input_ms * share + again + gather_ms;
           c.backward_weight_ms = *lp.backward_weight_ms * share + 2 * gather_ms;
         }
-        c.activation_bytes = lp.activation_bytes * share;
+        c.activation_bytes = (recompute ? model.input_bytes(l, 1) : lp.activation_bytes) * share;
         c.output_bytes = lp.output_bytes;
         c.param_bytes = lp.param_bytes / d;
         layers.push_back(c);
@@ -120,12 +125,12 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
                 [](const Chunk& x, const Chunk& y) { return x.first_layer < y.first_layer; });
     }
     // A sharded stage also holds one gathered layer and its full gradient at a time: twice the
-    // largest layer among all chunks its devices hold.
+    // largest layer among all chunks its devices hold; recomputing, also one layer's activations.
     std::vector<double> transient(stages, 0);
     auto add_transient = [&](int stage, int first, int end) {
-      if (t.stages[stage].num_devices < 2) return;
-      transient[stage] =
-          std::max(transient[stage], 2 * model.max_layer_param_bytes(first, end - first));
+      transient[stage] = std::max(
+          transient[stage], model.stage_transient_bytes(first, end - first,
+                                                        t.stages[stage].num_devices));
     };
     if (e.chunks.empty()) {
       for (int k = 0; k < stages; ++k)

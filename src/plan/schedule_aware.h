@@ -36,8 +36,9 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches);
 
 // The evaluator for TemplateOptions. Unknown kinds are a ConfigError listing the known ones;
 // kinds that cannot run a template (too few layers or microbatches, mixed device counts) give
-// nullopt.
+// nullopt. `recompute`: activation recomputation, as CostOptions::recompute.
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
-                                      double state_bytes_per_param_byte = 4);
+                                      double state_bytes_per_param_byte = 4,
+                                      bool recompute = false);
 
 }  // namespace bw::plan

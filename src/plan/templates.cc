@@ -149,7 +149,9 @@ Template make_template(const CostModel& model, const std::vector<StageShape>& sh
     st.num_devices = sh.num_devices;
     const double share = model.sample_share(sh.num_devices);
     st.forward_ms = model.forward_ms(sh.first_layer, sh.num_layers) * share;
-    st.backward_ms = model.backward_ms(sh.first_layer, sh.num_layers) * share;
+    st.backward_ms = (model.backward_ms(sh.first_layer, sh.num_layers) +
+                      (model.recompute() ? model.forward_ms(sh.first_layer, sh.num_layers) : 0)) *
+                     share;
     st.shard_comm_ms = model.shard_comm_ms(sh.first_layer, sh.num_layers, sh.num_devices);
     st.stage_ms = cost.stage_ms[s];
     st.comm_ms =

@@ -38,7 +38,7 @@ struct Stage {
   int first_device = 0;  // first local device on that node
   int num_devices = 0;
   double forward_ms = 0;  // per microbatch, one device's share of the compute only
-  double backward_ms = 0;
+  double backward_ms = 0;  // with the recomputed forward when the plan recomputes
   double shard_comm_ms = 0;  // per microbatch: parameter all-gathers + gradient all-reduces
   double comm_ms = 0;        // boundary transfer to the next stage, both directions
   double stage_ms = 0;       // forward + backward + shard_comm + comm

@@ -115,6 +115,9 @@ std::vector<Section> build_schema() {
         make("stage_devices", &R::pipeline, &PipelineConfig::stage_devices,
              "devices per stage, pipeline after pipeline, e.g. [2, 1, 1, 1, 1] for pipelines "
              "[3, 3]; [] = pipeline.devices_per_stage"),
+        make("recompute", &R::pipeline, &PipelineConfig::recompute,
+             "activation recomputation: \"none\", or \"full\" (keep each layer's input only, "
+             "run its forward again before its backward)"),
         make("fault_tolerance", &R::pipeline, &PipelineConfig::fault_tolerance,
              "node failures to survive (f: at least f + 1 pipelines)"),
         make("profile", &R::pipeline, &PipelineConfig::profile,

@@ -44,6 +44,9 @@ struct PipelineConfig {
   std::vector<int> pipelines;      // explicit device counts per pipeline; empty = planner decides
   int devices_per_stage = 1;       // ranks of one stage (sharded when > 1), without a profile
   std::vector<int> stage_devices;  // explicit ranks per stage, pipeline after pipeline
+  // Activation recomputation: "none", or "full" (a microbatch in flight keeps each layer's input
+  // only; the layer's forward runs again just before its backward).
+  std::string recompute = "none";
   int fault_tolerance = 1;
   std::string profile;  // profile JSON for the planner; empty = uniform estimate
   bool operator==(const PipelineConfig&) const = default;

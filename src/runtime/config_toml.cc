@@ -135,6 +135,8 @@ void validate(const RunConfig& c) {
                                   fmt::join(p.pipelines, ","), pipeline_devices, kMaxWorldSize));
   }
   in_range(p.devices_per_stage, 1, kMaxMicrobatchSize, "pipeline.devices_per_stage");
+  require(p.recompute == "none" || p.recompute == "full", "pipeline.recompute",
+          "\"none\" or \"full\"", "\"" + p.recompute + "\"");
   if (p.devices_per_stage > p.microbatch_size) {
     throw ConfigError(fmt::format(
         "pipeline.devices_per_stage {} splits each microbatch's samples over the stage's devices, "

@@ -23,7 +23,7 @@ double ms_since(Clock::time_point t0) {
 Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
                    std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
                    int microbatch_size, double loss_scale, std::pair<int, int> rows,
-                   StageShards* shards)
+                   StageShards* shards, bool recompute)
     : config_(std::move(config)),
       pipeline_(pipeline),
       device_(device),
@@ -34,16 +34,19 @@ Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int 
       rows_(rows.second > rows.first ? rows : std::make_pair(0, microbatch_size)),
       shards_(shards),
       sharded_(shards != nullptr && shards->sharded()),
+      recompute_(recompute),
       last_chunk_(pipeline.schedule.num_chunks - 1) {
   BW_CHECK(transport_ != nullptr || pipeline.num_ranks() == 1,
            "a pipeline of {} ranks needs a transport", pipeline.num_ranks());
-  if (sharded_) {
+  if (sharded_ || recompute_) {
     for (const auto& a : pipeline.schedule.actions[device]) {
       if (a.kind == schedule::ActionKind::I || a.kind == schedule::ActionKind::W) {
         throw ConfigError(fmt::format(
-            "schedule {} splits backward into I and W, which sharded stages do not run; use "
-            "1f1b, interleaved, hanayo or gpipe with pipeline.devices_per_stage > 1",
-            pipeline.schedule.kind));
+            "schedule {} splits backward into I and W, which {} do not run; use 1f1b, "
+            "interleaved, hanayo or gpipe with {}",
+            pipeline.schedule.kind,
+            sharded_ ? "sharded stages" : "recomputed activations (pipeline.recompute)",
+            sharded_ ? "pipeline.devices_per_stage > 1" : "pipeline.recompute = \"full\""));
       }
     }
   }
@@ -133,6 +136,30 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
   }
   const auto t0 = Clock::now();
   torch::Tensor x = slot.input;
+  if (recompute_) {
+    // Only each layer's input is kept; recompute_backward() runs the layers again.
+    torch::NoGradGuard no_grad;
+    for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second;
+         ++l) {
+      slot.layer_io.emplace_back(x, torch::Tensor());
+      if (sharded_) shards_->gather(l);
+      x = layers_.at(l)->forward(x);
+      if (sharded_) shards_->release(l);
+    }
+    if (chunk == last_chunk_) {
+      // The logits are not kept: the loss stands for the chunk's output.
+      slot.targets = data.second;
+      auto loss = model::lm_loss(x, data.second);
+      stats.loss += loss.item<double>() * rows_scale();
+      x = loss * rows_scale();
+    }
+    const double f_ms = ms_since(t0);
+    stats.compute_ms += f_ms;
+    stats.chunk_ms[chunk][0] += f_ms;
+    slot.output = x;
+    if (chunk < last_chunk_ && local(chunk + 1)) handoff_[{kForward, chunk + 1, mb}] = x.detach();
+    return;
+  }
   for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second; ++l) {
     if (sharded_) {
       // Each layer its own graph, so its backward can run between gathers of its parameters.
@@ -148,8 +175,7 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
   if (chunk == last_chunk_) {
     // The rows' mean loss weighted by their share of the microbatch: summed over the stage's
     // ranks, the microbatch's mean.
-    const double scale =
-        loss_scale_ * (rows_.second - rows_.first) / static_cast<double>(microbatch_size_);
+    const double scale = rows_scale();
     auto loss = model::lm_loss(x, data.second);
     stats.loss += loss.item<double>() * scale;
     x = loss * scale;
@@ -177,7 +203,9 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   if (chunk < last_chunk_) grads.push_back(slot.out_grad);
   const bool has_input_grad = chunk > 0;
   const auto t0 = Clock::now();
-  if (sharded_) {
+  if (recompute_) {
+    recompute_backward(slot, chunk, grads);
+  } else if (sharded_) {
     sharded_backward(slot, chunk, grads);
   } else if (inputs_only) {
     // I: gradient of the chunk input only; the graph is kept for W. Chunk 0 has no input
@@ -234,6 +262,44 @@ void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::
       in = torch::Tensor();
     }
   }
+}
+
+double Executor::rows_scale() const {
+  return loss_scale_ * (rows_.second - rows_.first) / static_cast<double>(microbatch_size_);
+}
+
+void Executor::recompute_backward(Slot& slot, int chunk, const std::vector<torch::Tensor>& grads) {
+  const int first = pipeline_.chunk_layers[chunk].first;
+  const int last = static_cast<int>(slot.layer_io.size()) - 1;
+  torch::Tensor grad = grads.empty() ? torch::Tensor() : grads[0];
+  for (int i = last; i >= 0; --i) {
+    const int l = first + i;
+    // The chunk's own input (a received activation, a leaf that requires grad; or token ids)
+    // starts layer 0; every other layer starts from a new leaf of its kept input.
+    torch::Tensor in = slot.layer_io[i].first;
+    if (i > 0) in = in.detach().requires_grad_(true);
+    if (sharded_) {
+      shards_->gather(l);
+      shards_->prepare_gradients(l);
+    }
+    torch::Tensor out = layers_.at(l)->forward(in);
+    if (chunk == last_chunk_ && i == last) out = model::lm_loss(out, slot.targets) * rows_scale();
+    if (grad.defined()) {
+      torch::autograd::backward({out}, {grad});
+    } else {
+      torch::autograd::backward({out});
+    }
+    if (sharded_) {
+      shards_->release(l);
+      shards_->reduce_gradients(l);
+    }
+    if (i > 0) {
+      grad = in.grad();
+      BW_CHECK(grad.defined(), "chunk {}: layer {} got no input gradient", chunk, l);
+    }
+    slot.layer_io[i].first = torch::Tensor();
+  }
+  slot.targets = torch::Tensor();
 }
 
 StepStats Executor::run_step(const BatchFn& batch) {

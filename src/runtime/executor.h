@@ -74,7 +74,7 @@ class Executor {
   Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
            std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
            int microbatch_size, double loss_scale, std::pair<int, int> rows = {0, 0},
-           class StageShards* shards = nullptr);
+           class StageShards* shards = nullptr, bool recompute = false);
 
   StepStats run_step(const BatchFn& batch);
   void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -87,7 +87,9 @@ class Executor {
     torch::Tensor out_grad;  // gradient arriving for output (empty on the last chunk)
     torch::Tensor in_grad;   // gradient of input, after B or I
     // Sharded stage: each layer's (input leaf, output), the first input being `input`.
+    // Recomputing: each layer's input only (outputs empty), and the last chunk's targets.
     std::vector<std::pair<torch::Tensor, torch::Tensor>> layer_io;
+    torch::Tensor targets;
   };
   struct Peer {  // a rank of a neighbouring stage and the rows it shares with this one
     int rank;
@@ -97,6 +99,10 @@ class Executor {
 
   void forward(int chunk, int mb, const BatchFn& batch, StepStats& stats);
   void backward(int chunk, int mb, bool inputs_only, bool weights_only, StepStats& stats);
+  // Per layer, last to first: (gather,) forward again from the kept input, backward, (release,
+  // reduce). Leaves the chunk input's gradient in slot.input.grad().
+  void recompute_backward(Slot& slot, int chunk, const std::vector<torch::Tensor>& grads);
+  double rows_scale() const;
   torch::Tensor take_received(Dir dir, int chunk, int mb, StepStats& stats);
   std::vector<Peer> peers(int chunk) const;
   void sharded_backward(Slot& slot, int chunk, const std::vector<torch::Tensor>& grads);
@@ -115,6 +121,7 @@ class Executor {
   std::pair<int, int> rows_;
   StageShards* shards_;
   bool sharded_;
+  bool recompute_;
   int last_chunk_;
 
   std::map<Key, Slot> slots_;

@@ -152,7 +152,8 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   const double loss_scale = 1.0 / static_cast<double>(layout_.total_microbatches);
   executor_ =
       std::make_unique<Executor>(model, pl, device_, layers, world_.get(), layout_.microbatch_size,
-                                 loss_scale, layout_.sample_range(rank), shards_.get());
+                                 loss_scale, layout_.sample_range(rank), shards_.get(),
+                                 config.pipeline.recompute == "full");
   if (hook_) executor_->set_hook(hook_);
   sync_ =
       std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get());

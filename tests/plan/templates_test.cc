@@ -49,6 +49,7 @@ struct Case {
   unsigned seed;
   bool heavy_comm;
   int microbatch_size;  // b: stages may shard over at most b devices
+  bool recompute;       // activation recomputation (CostOptions::recompute)
 };
 
 struct Coverage {
@@ -56,6 +57,7 @@ struct Coverage {
   int sharded = 0;            // the optimum has a sharded stage
   int fits_only_sharded = 0;  // feasible, but not with one device per stage
   int uneven_share = 0;       // the optimum has a stage with d not dividing b
+  int fits_only_recompute = 0;  // feasible recomputing, not without
 };
 
 // Returns "" or the first problem with one case.
@@ -64,11 +66,15 @@ std::string check_case(const Case& c, Coverage& cov) {
   Cluster cl = small_cluster(c.nodes, c.g, c.memory_gb);
   TemplateOptions opt;
   opt.cost.microbatches = c.m;
+  opt.cost.recompute = c.recompute;
   TemplateSet set = generate_templates(p, cl, opt);
   CostModel model(p, cl, opt.cost);
   CostOptions unsharded = opt.cost;
   unsharded.max_stage_devices = 1;
   CostModel plain(p, cl, unsharded);
+  CostOptions keep_all = opt.cost;
+  keep_all.recompute = false;
+  CostModel no_recompute(p, cl, keep_all);
   for (int n = 1; n <= c.nodes; ++n) {
     double want = brute_force(model, n);
     const Template* t = set.find(n);
@@ -91,6 +97,7 @@ std::string check_case(const Case& c, Coverage& cov) {
     cov.sharded += sharded;
     cov.uneven_share += uneven;
     if (c.g > 1 && std::isinf(brute_force(plain, n))) ++cov.fits_only_sharded;
+    if (c.recompute && std::isinf(brute_force(no_recompute, n))) ++cov.fits_only_recompute;
     double got = t->iteration_ms(c.m);
     if (std::abs(got - want) > 1e-9 * want)
       return fmt::format("n={}: search {} brute force {}", n, got, want);
@@ -118,7 +125,8 @@ std::vector<Case> grid() {
             for (bool heavy : {false, true}) {
               // Microbatch sizes 1 (no sharding) to 4, some not divisible by the width.
               const int b = static_cast<int>(seed % 4) + 1;
-              cases.push_back({layers, nodes, g, m, mem, seed++, heavy, b});
+              const bool recompute = seed / 4 % 2 == 1;
+              cases.push_back({layers, nodes, g, m, mem, seed++, heavy, b, recompute});
             }
         }
   return cases;
@@ -146,8 +154,13 @@ TEST(Templates, EqualBruteForceOnGrid) {
   EXPECT_GT(cov.sharded, 200);
   EXPECT_GT(cov.uneven_share, 20);
   EXPECT_GT(cov.fits_only_sharded, 50);
-  fmt::print("{} feasible, {} infeasible, {} sharded, {} uneven, {} fit only sharded\n",
-             cov.feasible, cov.infeasible, cov.sharded, cov.uneven_share, cov.fits_only_sharded);
+  // Recomputation is searched too, and some node counts fit only with it.
+  EXPECT_GT(cov.fits_only_recompute, 50);
+  fmt::print(
+      "{} feasible, {} infeasible, {} sharded, {} uneven, {} fit only sharded, {} only "
+      "recomputing\n",
+      cov.feasible, cov.infeasible, cov.sharded, cov.uneven_share, cov.fits_only_sharded,
+      cov.fits_only_recompute);
 }
 
 TEST(Templates, TenLayersFourNodesOfFour) {
