@@ -3,10 +3,13 @@
 // (data/oobleck-sosp23/figures.csv). One table: traces x models x policies.
 //
 //   bw_forecast_artifact [data_dir] [traces_dir]
+//   bw_forecast_artifact --timeline data_dir trace.csv model policy
 //
 // data_dir defaults to data/oobleck-sosp23 (run from the source folder). The fixed-interval
-// traces (10m ... 6h) are generated; with traces_dir (the shared spot traces: aws-p3.csv,
-// aws-g4dn.csv, scaled-gcp.csv) the spot traces are replayed too.
+// traces (10m ... 6h) are generated (fixed_removal_trace, as figures.csv was made on them); with
+// traces_dir (the shared spot traces: aws-p3.csv, aws-g4dn.csv, scaled-gcp.csv) the spot traces
+// are replayed too. figures.csv comes from bench/forecast/artifact_figures.py, which runs the
+// artifact's own simulator on the same traces.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -55,8 +58,29 @@ std::map<std::tuple<std::string, std::string, std::string>, Figure> read_figures
 
 }  // namespace
 
+// One replay's timeline, a line a segment (start_ms end_ms samples_per_s nodes), to set beside
+// the artifact simulator's own timeline event by event.
+int print_timeline(const std::string& data, const std::string& trace_path, const std::string& mname,
+                   const std::string& policy) {
+  const auto model = artifact_model(mname);
+  const auto table = read_step_table(data + "/" + mname + ".csv", model.samples_per_step);
+  auto options = artifact_options(model);
+  options.record_timeline = true;
+  const auto r =
+      replay_artifact(read_trace(trace_path), parse_policy(policy), model, table, options);
+  for (const auto& s : r.timeline) {
+    fmt::print("{:.0f} {:.0f} {:.4f} {}\n", s.start_ms, s.end_ms, s.samples_per_s, s.nodes);
+  }
+  fmt::print("useful {:.4f} steps {:.2f} lost_ms {:.0f} checkpoint_ms {:.0f} restart_ms {:.0f}\n",
+             r.useful_fraction(), r.steps, r.time.lost_ms, r.time.checkpoint_ms, r.time.restart_ms);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
+    if (argc == 6 && std::string(argv[1]) == "--timeline") {
+      return print_timeline(argv[2], argv[3], argv[4], argv[5]);
+    }
     const std::string data = argc > 1 ? argv[1] : "data/oobleck-sosp23";
     const std::string traces_dir = argc > 2 ? argv[2] : "";
     const auto figures = read_figures(data + "/figures.csv");
@@ -75,7 +99,7 @@ int main(int argc, char** argv) {
     }
     fmt::print(
         "| trace | model | policy | artifact printed | artifact wall-clock | "
-        "wall-clock, fixed (items 3, 8) | ours | ours - fixed | "
+        "wall-clock, fixed (items 3, 8-10) | ours | ours - fixed | "
         "ours, samples/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& [tname, trace] : traces) {
       for (const auto& mname : artifact_model_names()) {

@@ -62,6 +62,8 @@ struct SimulateArgs {
   double join_boot_ms = NAN;      // instance start-up of a join (default: 0, or 45 s likewise)
   bool no_failover_slowdown = false, no_checkpoint_after_restart = false;
   bool no_align_checkpoints = false;
+  bool no_train_through = false, no_join_waits = false, no_stalled_rendezvous = false;
+  bool no_idle_removal_slowdown = false;
   // Cost overrides (NaN: keep the default).
   double detection_ms = NAN, inter_node_gbps = NAN, regroup_ms = NAN, reconfigure_ms = NAN;
   double replan_horizon_ms = NAN;
@@ -167,6 +169,21 @@ void run_simulate(const SimulateArgs& a) {
   if (a.no_failover_slowdown) costs.redundant.failover_slowdown.reset();
   if (a.no_checkpoint_after_restart) costs.restart.checkpoint_after_restart = false;
   if (a.no_align_checkpoints) costs.restart.align_checkpoints = false;
+  if (a.no_train_through) {
+    costs.breakwater.train_through_reconfiguration = false;
+    costs.restart.train_through_restart = false;
+  }
+  if (a.no_join_waits) {
+    costs.breakwater.join_waits_for_failure_from_nodes = 0;
+    costs.restart.join_waits_for_failure_from_nodes = 0;
+    costs.redundant.join_rebalance_pipeline_nodes = 0;
+    costs.redundant.idle_removal_slows = false;  // it needs the pipelines of that rule
+  }
+  if (a.no_stalled_rendezvous) {
+    costs.breakwater.stalled_rendezvous = false;
+    costs.restart.stalled_rendezvous = false;
+  }
+  if (a.no_idle_removal_slowdown) costs.redundant.idle_removal_slows = false;
   set_if(costs.breakwater.detection_ms, a.detection_ms);
   set_if(costs.breakwater.inter_node_gbps, a.inter_node_gbps);
   set_if(costs.breakwater.regroup_ms, a.regroup_ms);
@@ -394,6 +411,16 @@ void add_simulate(CLI::App& app) {
                 "restart: no checkpoint after a restart's first step");
   cmd->add_flag("--no-align-checkpoints", args->no_align_checkpoints,
                 "restart: checkpoint every k steps after each start, not at multiples of k");
+  cmd->add_flag("--no-train-through", args->no_train_through,
+                "breakwater, restart: a failure stops the configuration that lost the node at "
+                "once, instead of it training on until the recovery ends");
+  cmd->add_flag("--no-join-waits", args->no_join_waits,
+                "every join reconfigures (breakwater), restarts (restart) or rebalances "
+                "(redundant), instead of waiting for the next failure or a whole pipeline");
+  cmd->add_flag("--no-stalled-rendezvous", args->no_stalled_rendezvous,
+                "breakwater, restart: a stalled cluster recovers only once it can train again");
+  cmd->add_flag("--no-idle-removal-slowdown", args->no_idle_removal_slowdown,
+                "redundant: removing a spare does not slow training");
   cmd->add_flag("--whole-step-loss", args->whole_step_loss,
                 "a failure wastes the whole step in flight (Oobleck's artifact accounting)");
   cmd->add_option("--detection-ms", args->detection_ms, "breakwater: failure detection (1000)");

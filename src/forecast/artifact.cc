@@ -52,6 +52,14 @@ ArtifactModel artifact_model(const std::string& name) {
     c.restart.checkpoint_every_steps = 10;
     c.restart.checkpoint_after_restart = true;
     c.restart.align_checkpoints = true;
+    c.restart.train_through_restart = true;
+    c.breakwater.train_through_reconfiguration = true;
+    c.breakwater.stalled_rendezvous = true;
+    c.restart.stalled_rendezvous = true;
+    // Oobleck's and Varuna's simulators take a node that becomes ready while they train only
+    // into the next failure's rendezvous (their reconfiguration on joins is commented out).
+    c.breakwater.join_waits_for_failure_from_nodes = m.min_nodes;
+    c.restart.join_waits_for_failure_from_nodes = m.min_nodes;
     if (m.name == "bert-large") {
       // bertLarge_simulate_step_delta sets the restart cost by node count (the count the
       // cluster ran on before the change): 30+ nodes 71.3 s ... 16 nodes 75 s, 15 or fewer
@@ -66,6 +74,8 @@ ArtifactModel artifact_model(const std::string& name) {
     c.redundant.useful_share = 0.1971;
     c.redundant.step_includes_redundancy = true;
     c.redundant.failover_slowdown = 1.5;
+    c.redundant.join_rebalance_pipeline_nodes = m.min_nodes;
+    c.redundant.idle_removal_slows = true;
     return m;
   }
   throw ConfigError(fmt::format("unknown artifact model '{}'; choose {}", name,

@@ -38,7 +38,10 @@ struct ArtifactModel {
   int min_nodes = 12;        // pipelines of 12 stages, one node each
   double startup_ms = 45e3;  // instance boot (before the first start, and before each join)
   // Every artifact behaviour switched on: fixed reconfiguration, Varuna's restart by node count,
-  // checkpoint after a restart and aligned cadence, Bamboo's measured steps and 1.5x failover.
+  // checkpoint after a restart and aligned cadence, Bamboo's measured steps and 1.5x failover,
+  // Oobleck and Varuna training through their recovery, joins that wait for the next failure
+  // (Bamboo: for a whole pipeline), rendezvous while stalled, and a spare's removal slowing
+  // Bamboo (docs/forecast.md).
   PolicyCosts costs;
 };
 

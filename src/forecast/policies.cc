@@ -68,6 +68,11 @@ int young_checkpoint_steps(double checkpoint_ms, double mtbf_ms, double step_ms)
 
 namespace {
 
+// A join that waits as a spare for the next failure (join_waits_for_failure_from_nodes).
+bool waits_for_failure(int from_nodes, const Change& change) {
+  return change.kind == EventKind::kAdd && from_nodes > 0 && change.nodes_before >= from_nodes;
+}
+
 class BreakwaterPolicy final : public Policy {
  public:
   BreakwaterPolicy(const BreakwaterCosts& costs, ThroughputModel& model)
@@ -105,11 +110,18 @@ class BreakwaterPolicy final : public Policy {
                           ? *costs_.fixed_reconfigure_ms
                           : costs_.detection_ms + transfer_ms + costs_.regroup_ms;
       r.rollback = Rollback::kStep;
+      r.train_through = costs_.train_through_reconfiguration && change.running;
+      r.rendezvous = costs_.stalled_rendezvous;
     } else {
+      if (waits_for_failure(costs_.join_waits_for_failure_from_nodes, change)) {
+        r.no_op = true;
+        return r;
+      }
       r.downtime_ms = costs_.fixed_reconfigure_ms ? *costs_.fixed_reconfigure_ms
                                                   : transfer_ms + costs_.regroup_ms;
       r.rollback = Rollback::kNone;
       r.at_step_boundary = true;
+      r.rendezvous = costs_.stalled_rendezvous;
     }
     return r;
   }
@@ -138,7 +150,10 @@ class RestartPolicy final : public Policy {
   }
 
   // The first launch costs the base restart (the artifact sets the by-node-count cost only
-  // once it has run on a node count).
+  // once it has run on a node count). With checkpoint_after_restart that is the cost minus one
+  // checkpoint, and no checkpoint follows the first step: the artifact's rendezvous always
+  // lasts restart - checkpoint, counting on the checkpoint that a removal flags for the next
+  // step, and a cold start has no removal (docs/forecast.md).
   Reaction on_cold_start(int) override {
     Reaction r;
     r.cause = Cause::kRestart;
@@ -149,18 +164,30 @@ class RestartPolicy final : public Policy {
     return r;
   }
 
-  void on_resumed() override {
+  void on_resumed(int nodes) override {
     after_restart_ = costs_.checkpoint_after_restart && restarting_;
+    // A recovery that ends stalled runs no step: the checkpoint it owes waits for the next run.
+    if (nodes <= 0 || !model_.step_ms(nodes, Arrangement::kUniform)) return;
     restarting_ = false;
+    run_nodes_ = nodes;
   }
 
   Reaction on_change(const Change& change) override {
     Reaction r;
+    if (waits_for_failure(costs_.join_waits_for_failure_from_nodes, change)) {
+      r.no_op = true;
+      return r;
+    }
     r.cause = Cause::kRestart;
-    r.downtime_ms = downtime(change.nodes_before);
-    restarting_ = true;
+    // The cost of the configuration that ran (spares waiting beside it do not count).
+    r.downtime_ms = downtime(run_nodes_ > 0 ? run_nodes_ : change.nodes_before);
+    // Only a failure calls for the checkpoint after the restart's first step (a join's restart
+    // follows a checkpoint already; the artifact flags removals only).
+    if (change.kind == EventKind::kRemove) restarting_ = true;
+    r.rendezvous = costs_.stalled_rendezvous;
     if (change.kind == EventKind::kRemove) {
       r.rollback = Rollback::kCheckpoint;
+      r.train_through = costs_.train_through_restart && change.running;
     } else {
       r.rollback = Rollback::kNone;
       r.at_step_boundary = true;
@@ -180,6 +207,7 @@ class RestartPolicy final : public Policy {
   ThroughputModel& model_;
   bool restarting_ = false;
   bool after_restart_ = false;
+  int run_nodes_ = 0;  // nodes of the last (re)start
 };
 
 class RedundantPolicy final : public Policy {
@@ -198,10 +226,12 @@ class RedundantPolicy final : public Policy {
   PolicyKind kind() const override { return PolicyKind::kRedundant; }
 
   std::optional<RunParams> run_params(int nodes) override {
-    const auto step = model_.step_ms(nodes, Arrangement::kUniform);
+    // Slowed by a spare's removal: the configuration that ran, s times slower, no more useful.
+    const double s = slowed() ? slowdown() : 1.0;
+    const auto step = model_.step_ms(slowed() ? run_nodes_ : nodes, Arrangement::kUniform);
     if (!step) return std::nullopt;
     const double wall = costs_.step_includes_redundancy ? *step : *step / costs_.useful_share;
-    return RunParams{wall, costs_.useful_share, 0, 0.0};
+    return RunParams{wall * s, costs_.useful_share / s, 0, 0.0};
   }
 
   Reaction on_cold_start(int) override {
@@ -214,13 +244,18 @@ class RedundantPolicy final : public Policy {
 
   void on_start(const std::vector<std::string>& nodes) override {
     ring_.clear();
-    for (const auto& n : nodes) ring_.push_back({n, true});
+    for (const auto& n : nodes) ring_.push_back({n, true, false});
   }
 
   Reaction on_change(const Change& change) override {
     Reaction r;
     if (change.kind == EventKind::kAdd) {
-      ring_.push_back({change.node, true});
+      ring_.push_back({change.node, true, false});
+      const int p = costs_.join_rebalance_pipeline_nodes;
+      if (p > 0 && run_nodes_ > 0 && change.nodes_after / p <= run_nodes_ / p) {
+        r.no_op = true;  // a spare until the next rebalance
+        return r;
+      }
       r.cause = Cause::kRebalance;
       r.downtime_ms = costs_.rebalance_ms;
       r.rollback = Rollback::kNone;
@@ -231,6 +266,19 @@ class RedundantPolicy final : public Policy {
                                  [&](const Slot& s) { return s.name == change.node && s.alive; });
     BW_CHECK(it != ring_.end(), "redundant policy: removed node {} is not in the ring",
              change.node);
+    if (costs_.idle_removal_slows && !it->trains && change.running) {
+      ring_.erase(it);  // a spare: nobody's neighbour
+      if (state_ != Slow::kNone) {
+        r.no_op = true;  // already slowed until the next rebalance
+        return r;
+      }
+      state_ = Slow::kSlowing;
+      r.cause = Cause::kRebalance;
+      r.rollback = Rollback::kNone;
+      r.at_step_boundary = true;
+      r.slowdown = slowdown();
+      return r;
+    }
     const auto i = static_cast<std::size_t>(it - ring_.begin());
     const std::size_t n = ring_.size();
     // The node before this one holds this node's redundant copy, and this node holds the one
@@ -248,24 +296,41 @@ class RedundantPolicy final : public Policy {
       if (costs_.failover_slowdown && change.running) {
         r.rollback = Rollback::kNone;
         r.at_step_boundary = true;
-        r.slowdown = *costs_.failover_slowdown;
+        // Already slowed by a spare's removal: the step in flight slows no further.
+        r.slowdown = state_ == Slow::kSlowed ? 1.0 : *costs_.failover_slowdown;
       }
     }
     return r;
   }
 
-  void on_resumed() override {
+  void on_resumed(int nodes) override {
     std::erase_if(ring_, [](const Slot& s) { return !s.alive; });
+    if (state_ == Slow::kSlowing) {  // the slowed step ended: no rebalance, same pipelines
+      state_ = Slow::kSlowed;
+      return;
+    }
+    state_ = Slow::kNone;
+    run_nodes_ = nodes;
+    // Pipelines of p nodes in ring order; the rest are spares.
+    const int p = costs_.join_rebalance_pipeline_nodes;
+    const auto training = p > 0 ? static_cast<std::size_t>(nodes / p * p) : ring_.size();
+    for (std::size_t i = 0; i < ring_.size(); ++i) ring_[i].trains = i < training;
   }
 
  private:
   struct Slot {
     std::string name;
     bool alive = true;
+    bool trains = true;  // in a pipeline at the last rebalance (not a spare)
   };
+  enum class Slow { kNone, kSlowing, kSlowed };  // idle_removal_slows
+  bool slowed() const { return state_ == Slow::kSlowed; }
+  double slowdown() const { return costs_.failover_slowdown.value_or(1.0); }
   RedundantCosts costs_;
   ThroughputModel& model_;
   std::vector<Slot> ring_;
+  int run_nodes_ = 0;  // nodes of the last (re)start
+  Slow state_ = Slow::kNone;
 };
 
 }  // namespace

@@ -52,6 +52,21 @@ struct BreakwaterCosts {
   // state transfer included (default 10 minutes, the scale of failure intervals on spot
   // instances). 0: always incremental, as Oobleck.
   double replan_horizon_ms = 600e3;
+  // Oobleck's artifact: a node that joins while at least this many nodes are live (the
+  // artifact's 12, one pipeline, whether the model fits on them or not) waits as a spare and is
+  // taken in only by the next failure's reconfiguration; with fewer live nodes a join
+  // reconfigures. 0: every join reconfigures at the next step boundary.
+  int join_waits_for_failure_from_nodes = 0;
+  // Oobleck's artifact: the configuration that lost a node keeps training until the
+  // reconfiguration ends (its run is only abandoned then), so a step that completes within the
+  // reconfiguration is kept. Physically a pipeline that lost a stage cannot finish its step:
+  // off by default (RestartCosts::train_through_restart is the same for Varuna).
+  bool train_through_reconfiguration = false;
+  // Oobleck's artifact: a change while training is stalled (too few nodes) starts a
+  // rendezvous of the usual cost even if the nodes are still too few; nodes that become ready
+  // during a rendezvous join it without extending it, and training starts at its end if enough
+  // took part. Off: a recovery starts only once training can resume, and a join extends it.
+  bool stalled_rendezvous = false;
 };
 
 struct RestartCosts {
@@ -62,13 +77,24 @@ struct RestartCosts {
   // BERT-large Varuna: 49.1-112 s for 15-30 nodes); counts between rows take the next lower
   // row, counts below the first the first. Empty: restart_ms for every count.
   std::map<int, double> restart_ms_by_nodes;
-  // Varuna's artifact behaviour: a checkpoint right after the first step that follows a restart,
-  // and the restart's downtime is its cost minus one checkpoint (the cost includes it).
+  // Varuna's artifact behaviour: a checkpoint right after the first step that follows a
+  // failure's restart, and the restart's downtime is its cost minus one checkpoint (the cost
+  // includes it).
   bool checkpoint_after_restart = false;
   // Checkpoints when the count of steps completed since the start (rolled-back ones included)
   // reaches a multiple of checkpoint_every_steps, as the artifact counts them, instead of every
   // checkpoint_every_steps steps after each (re)start.
   bool align_checkpoints = false;
+  // Varuna's artifact: the configuration that lost a node keeps training until the restart
+  // ends (the run in flight is only abandoned then), so the steps it completes during the
+  // restart are kept unless a later failure rolls them back, and the first step it completes
+  // after the failure is followed by a checkpoint (then no checkpoint follows the restart's
+  // first step). Physically a pipeline that lost a stage cannot train: off by default.
+  bool train_through_restart = false;
+  // As BreakwaterCosts::join_waits_for_failure_from_nodes and stalled_rendezvous, for
+  // Varuna's artifact (12; on).
+  int join_waits_for_failure_from_nodes = 0;
+  bool stalled_rendezvous = false;
   double restart_for(int nodes_before) const;
   // Checkpoint cost and cadence from the same artifact: 15.8 s every 10 steps.
   double checkpoint_ms = 15.8e3;
@@ -91,6 +117,16 @@ struct RedundantCosts {
   // many times slower on the neighbour's copy (the artifact: 1.5) and the rebalance follows the
   // step. Unset: the step in flight is lost and the rebalance starts at once.
   std::optional<double> failover_slowdown;
+  // Bamboo's artifact: a join rebalances (at the next step boundary) only when the live nodes
+  // can form one more pipeline of this many nodes than the configuration that runs (12);
+  // otherwise the node waits as a spare for the next rebalance. 0: every join rebalances.
+  int join_rebalance_pipeline_nodes = 0;
+  // Bamboo's artifact, with join_rebalance_pipeline_nodes: pipelines are the first whole
+  // multiples of that many nodes (in trace order) at each rebalance; removing a node outside
+  // them (a spare) slows training by failover_slowdown, the step in flight included, until the
+  // next rebalance, which no failure of a spare calls for. Physically a spare trains nothing,
+  // and its loss changes nothing: off.
+  bool idle_removal_slows = false;
 };
 
 struct PolicyCosts {
@@ -143,6 +179,16 @@ struct Reaction {
   // With at_step_boundary: the rest of the in-flight step runs this many times slower (the
   // extra time counts as downtime of `cause`).
   double slowdown = 1;
+  // While running, with a rollback: the run goes on through the downtime, its steps kept, and
+  // is abandoned when the downtime ends; with Rollback::kCheckpoint the steps since the last
+  // completed checkpoint are lost at once and the first step completed after the change is
+  // checkpointed (BreakwaterCosts::train_through_reconfiguration,
+  // RestartCosts::train_through_restart).
+  bool train_through = false;
+  // While stalled, the change starts a recovery even if training cannot resume after it;
+  // during a recovery, a join (Rollback::kNone) joins it without extending it
+  // (BreakwaterCosts::stalled_rendezvous).
+  bool rendezvous = false;
 };
 
 class Policy {
@@ -153,8 +199,8 @@ class Policy {
   virtual std::optional<RunParams> run_params(int nodes) = 0;
   // The reaction to one membership change after the initial membership.
   virtual Reaction on_change(const Change& change) = 0;
-  // Recovery finished and training resumes (or stalls) on the current membership.
-  virtual void on_resumed() {}
+  // Recovery finished and training resumes (or stalls) on the current membership of `nodes`.
+  virtual void on_resumed(int nodes) { (void)nodes; }
   // The initial membership, in trace order (before any on_change).
   virtual void on_start(const std::vector<std::string>& nodes) { (void)nodes; }
   // The system's own start-up on `nodes` nodes, after the instances booted, for a cold start

@@ -179,7 +179,7 @@ class Engine {
   int nodes() const { return static_cast<int>(live_.size()); }
 
   double internal_time() const {
-    if (mode_ == Mode::kRunning && pending_) return pending_time_;
+    if (mode_ == Mode::kRunning) return std::min(pending_ ? pending_time_ : kInf, through_end_);
     if (mode_ == Mode::kRecovering) return rec_end_;
     return kInf;
   }
@@ -197,29 +197,36 @@ class Engine {
     tl.push_back({a, b, rate, n});
   }
 
-  // Tries to start training at t on the current membership.
-  void resume(double t) {
-    policy_.on_resumed();
-    const auto p = nodes() > 0 ? policy_.run_params(nodes()) : std::nullopt;
+  // Tries to start training at t on the current membership. `checkpointed`: the run that
+  // trained through the restart already took the checkpoint that follows a failure.
+  void resume(double t, bool checkpointed = false) {
+    policy_.on_resumed(nodes());
+    auto p = nodes() > 0 ? policy_.run_params(nodes()) : std::nullopt;
     if (p) {
       BW_CHECK(p->step_ms > 0, "policy returned step time {} ms", p->step_ms);
+      if (checkpointed) p->checkpoint_after_first_step = false;
       mode_ = Mode::kRunning;
       run_ = *p;
       run_nodes_ = nodes();
-      lead_.clear();
-      const int k = run_.checkpoint_every_steps;
-      if (k > 0) {
-        auto g = static_cast<long long>(std::llround(std::floor(steps_all_ + 1e-9)));
-        if (run_.checkpoint_after_first_step) {
-          lead_.push_back(1);
-          ++g;
-        }
-        if (run_.align_checkpoints && g % k != 0) lead_.push_back(static_cast<int>(k - g % k));
-      }
+      set_lead(run_.checkpoint_after_first_step);
     } else {
       mode_ = Mode::kStalled;
     }
     mode_start_ = t;
+    pre_start_ = t;
+  }
+
+  // The first checkpoint cycles of a run starting now (see locate).
+  void set_lead(bool checkpoint_after_first_step) {
+    lead_.clear();
+    const int k = run_.checkpoint_every_steps;
+    if (k <= 0) return;
+    auto g = static_cast<long long>(std::llround(std::floor(steps_all_ + 1e-9)));
+    if (checkpoint_after_first_step) {
+      lead_.push_back(1);
+      ++g;
+    }
+    if (run_.align_checkpoints && g % k != 0) lead_.push_back(static_cast<int>(k - g % k));
   }
 
   void keep_steps(double steps) {
@@ -240,6 +247,14 @@ class Engine {
 
   // Ends the running span at t with `rollback`; returns the elapsed part of the in-flight step.
   double end_run(double t, Rollback rollback) {
+    if (pre_start_ < mode_start_) {  // the rest of a failed checkpoint (train_through)
+      result_.time.checkpoint_ms += std::min(t, mode_start_) - pre_start_;
+      segment(pre_start_, std::min(t, mode_start_), 0.0, run_nodes_);
+      if (t <= mode_start_) {
+        if (rollback == Rollback::kCheckpoint) roll_back_carry();
+        return -1.0;
+      }
+    }
     const auto pos = locate(run_, lead_, t - mode_start_);
     const double T = run_.step_ms;
     segment(mode_start_, t, model_.samples_per_step() / T * 1e3, run_nodes_);
@@ -250,13 +265,15 @@ class Engine {
     if (pos.any_checkpoint) carry_ = {};
     keep_steps(pos.steps - pos.covered_steps);
     if (rollback == Rollback::kCheckpoint) {
-      // Back to the last completed checkpoint: every step it does not cover is lost.
-      result_.time.useful_ms -= carry_.useful_ms;
-      result_.time.redundant_ms -= carry_.redundant_ms;
-      result_.samples -= carry_.samples;
-      result_.steps -= carry_.steps;
-      result_.time.lost_ms += carry_.useful_ms + carry_.redundant_ms;
-      carry_ = {};
+      if (t < shadow_end_) {  // the abandoned run's last checkpoint fails too
+        carry_.useful_ms += shadow_.useful_ms;
+        carry_.redundant_ms += shadow_.redundant_ms;
+        carry_.samples += shadow_.samples;
+        carry_.steps += shadow_.steps;
+      }
+      shadow_ = {};
+      shadow_end_ = -kInf;
+      roll_back_carry();
     }
     BW_CHECK(rollback != Rollback::kNone || pos.step_elapsed_ms < 1e-6 * T,
              "a change without rollback must land on a step boundary ({} ms into a step)",
@@ -265,8 +282,69 @@ class Engine {
     return pos.checkpoint_elapsed_ms > 0 ? -1.0 : pos.step_elapsed_ms;
   }
 
+  // Back to the last completed checkpoint: every step it does not cover is lost.
+  void roll_back_carry() {
+    result_.time.useful_ms -= carry_.useful_ms;
+    result_.time.redundant_ms -= carry_.redundant_ms;
+    result_.samples -= carry_.samples;
+    result_.steps -= carry_.steps;
+    result_.time.lost_ms += carry_.useful_ms + carry_.redundant_ms;
+    carry_ = {};
+  }
+
+  // A failure while training through a restart (Reaction::train_through): the steps since the
+  // last completed checkpoint are lost, the step in flight goes on (a checkpoint in flight has
+  // failed but still runs to its end), and the first step completed from now on is
+  // checkpointed. The run is split at the start of the step in flight, or after the checkpoint.
+  void split_run_through(double t) {
+    if (t >= shadow_end_) {  // the abandoned run's last checkpoint completed before this failure
+      shadow_ = {};
+      shadow_end_ = -kInf;
+    }
+    double start = t;
+    if (t > mode_start_) {
+      const auto pos = locate(run_, lead_, t - mode_start_);
+      if (pos.checkpoint_elapsed_ms > 0) {
+        start = t + (run_.checkpoint_ms - pos.checkpoint_elapsed_ms);
+      } else {
+        t -= pos.step_elapsed_ms;
+        start = t;
+      }
+    } else {
+      start = mode_start_;  // still in the rest of a failed checkpoint
+    }
+    end_run(t, Rollback::kCheckpoint);
+    pre_start_ = t;
+    mode_start_ = start;
+    set_lead(true);
+  }
+
+  // The end of the restart a run trained through: the run is abandoned and training resumes
+  // on the new membership. A checkpoint in flight is written to its end beside the new run:
+  // the steps it covers are lost only if a failure comes before that end.
+  void end_run_through(double t) {
+    bool stepped = false;
+    double checkpoint_left_ms = 0;
+    if (t > mode_start_) {
+      const auto pos = locate(run_, lead_, t - mode_start_);
+      stepped = pos.steps >= 1;
+      if (pos.checkpoint_elapsed_ms > 0) {
+        checkpoint_left_ms = run_.checkpoint_ms - pos.checkpoint_elapsed_ms;
+      }
+    }
+    end_run(t, Rollback::kStep);
+    if (checkpoint_left_ms > 0) {
+      shadow_ = carry_;
+      shadow_end_ = t + checkpoint_left_ms;
+      carry_ = {};
+    }
+    through_end_ = kInf;
+    resume(t, stepped);
+  }
+
   // The next step (or checkpoint) boundary at or after t while running.
   double next_boundary(double t) const {
+    if (t < mode_start_) return mode_start_;
     const auto pos = locate(run_, lead_, t - mode_start_);
     if (pos.checkpoint_elapsed_ms > 0) return t + (run_.checkpoint_ms - pos.checkpoint_elapsed_ms);
     if (pos.step_elapsed_ms == 0) return t;
@@ -323,6 +401,10 @@ class Engine {
   }
 
   void on_internal(double t) {
+    if (mode_ == Mode::kRunning && through_end_ <= t) {
+      end_run_through(t);
+      return;
+    }
     if (mode_ == Mode::kRunning) {
       BW_CHECK(pending_, "internal event while running without a pending change");
       const Reaction r = *pending_;
@@ -350,6 +432,8 @@ class Engine {
     }
     m.rollback = std::max(a.rollback, b.rollback);  // kNone < kStep < kCheckpoint
     m.at_step_boundary = a.at_step_boundary && b.at_step_boundary;
+    m.train_through = (a.train_through || b.train_through) && m.rollback != Rollback::kNone;
+    m.rendezvous = a.rendezvous || b.rendezvous;
     return m;
   }
 
@@ -379,6 +463,15 @@ class Engine {
     const bool runnable = nodes() > 0 && policy_.run_params(nodes()).has_value();
     switch (mode_) {
       case Mode::kRunning: {
+        if (through_end_ < kInf) {
+          // Training through a restart: a failure rolls back again; any change extends it,
+          // except a join that joins the rendezvous (Reaction::rendezvous).
+          if (r.rendezvous && r.rollback == Rollback::kNone) return;
+          count(r);
+          if (r.rollback == Rollback::kCheckpoint) split_run_through(t);
+          through_end_ = std::max(through_end_, t + r.downtime_ms);
+          return;
+        }
         if (r.at_step_boundary && r.rollback == Rollback::kNone) {
           Reaction slowed = r;
           if (r.slowdown > 1) {
@@ -403,6 +496,11 @@ class Engine {
         } else if (runnable) {
           count(merged);
         }
+        if (merged.train_through) {
+          if (merged.rollback == Rollback::kCheckpoint) split_run_through(t);
+          through_end_ = t + merged.downtime_ms;
+          return;
+        }
         const double T = run_.step_ms;
         const double elapsed = end_run(t, merged.rollback);
         const double tail =
@@ -416,6 +514,7 @@ class Engine {
         return;
       }
       case Mode::kRecovering: {
+        if (r.rendezvous && r.rollback == Rollback::kNone) return;  // joins the rendezvous
         account_recovery(t);
         count(r);
         const double old_end = rec_end_;
@@ -429,7 +528,7 @@ class Engine {
         return;
       }
       case Mode::kStalled: {
-        if (runnable) {
+        if (runnable || r.rendezvous) {
           result_.time.stalled_ms += t - mode_start_;
           segment(mode_start_, t, 0.0);
           count(r);
@@ -479,6 +578,15 @@ class Engine {
   std::vector<int> lead_;  // first checkpoint cycles of the current run (see locate)
   double steps_all_ = 0;   // steps completed since the start, rolled-back ones included
   double boot_end_ = 0;    // end of the instances' boot in a cold start (stalled time)
+  // Training through a restart (Reaction::train_through): the restart's end, and the start of
+  // the rest of a failed checkpoint that the run's continuation begins with (checkpoint time
+  // [pre_start_, mode_start_)).
+  double through_end_ = kInf;
+  double pre_start_ = 0;
+  // The steps that the abandoned run's last checkpoint covers, lost if a failure comes before
+  // shadow_end_, when that checkpoint completes.
+  Carry shadow_;
+  double shadow_end_ = -kInf;
 };
 
 }  // namespace

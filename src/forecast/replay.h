@@ -15,6 +15,11 @@
 //   step is lost, or the whole step with ReplayOptions::whole_step_loss. Then the policy's
 //   downtime, after which training resumes at the new membership's step time.
 // - A change during a recovery extends it to max(current end, now + new downtime).
+// - With Reaction::train_through (the artifact's Oobleck and Varuna) the configuration that lost
+//   a node trains on until the downtime ends, its completed steps kept (for a rollback to
+//   checkpoint: those since the last completed checkpoint are lost at once, the first step after
+//   the failure is checkpointed, and a checkpoint still in flight when the downtime ends covers
+//   its steps unless a failure comes before it completes); the downtime is then training time.
 // - At the end of the window the in-flight step counts in proportion to its elapsed part.
 #pragma once
 
