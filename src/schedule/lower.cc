@@ -61,9 +61,13 @@ class ReceivePoster {
     next_.assign(P, 0);
     prev_.resize(C_);
     next_of_.resize(C_);
+    prev_device_.resize(C_);
+    next_device_.resize(C_);
     for (int c = 0; c < C_; ++c) {
       prev_[c] = s_.prev_chunk(c);
       next_of_[c] = s_.next_chunk(c);
+      prev_device_[c] = prev_[c] >= 0 ? s_.chunk_device[prev_[c]] : -1;
+      next_device_[c] = next_of_[c] >= 0 ? s_.chunk_device[next_of_[c]] : -1;
     }
     for (int d = P - 1; d >= 0; --d) work_.push_back(d);
     while (true) {
@@ -93,15 +97,13 @@ class ReceivePoster {
     switch (a.kind) {
       case ActionKind::F:
       case ActionKind::SEND_F:
-        return s_.chunk_device[s_.next_chunk(c)];
+      case ActionKind::RECV_B:
+        return next_device_[c];
       case ActionKind::B:
       case ActionKind::I:
       case ActionKind::SEND_B:
-        return s_.chunk_device[s_.prev_chunk(c)];
       case ActionKind::RECV_F:
-        return s_.chunk_device[s_.prev_chunk(c)];
-      case ActionKind::RECV_B:
-        return s_.chunk_device[s_.next_chunk(c)];
+        return prev_device_[c];
       default:
         return -1;
     }
@@ -240,7 +242,8 @@ class ReceivePoster {
   int C_, M_;
   std::vector<std::array<int8_t, kNumSlotKinds>> done_;  // per (chunk, microbatch), by ActionKind
   std::vector<int> next_;
-  std::vector<int> prev_, next_of_;  // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<int> prev_, next_of_;             // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<int> prev_device_, next_device_;  // per chunk: their devices (-1: none)
   std::vector<int> work_;
 };
 

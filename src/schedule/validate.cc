@@ -40,9 +40,13 @@ class Validator {
     if (lowered_) check_comm();
     prev_of_.resize(C_);
     next_of_.resize(C_);
+    prev_device_.resize(C_);
+    next_device_.resize(C_);
     for (int c = 0; c < C_; ++c) {
       prev_of_[c] = s_.prev_chunk(c);
       next_of_[c] = s_.next_chunk(c);
+      prev_device_[c] = prev_of_[c] >= 0 ? dev(prev_of_[c]) : -1;
+      next_device_[c] = next_of_[c] >= 0 ? dev(next_of_[c]) : -1;
     }
     return dry_run();
   }
@@ -533,9 +537,9 @@ class Validator {
       case ActionKind::F:
       case ActionKind::SEND_F:
       case ActionKind::RECV_B:
-        return dev(s_.next_chunk(c));
+        return next_device_[c];
       default:  // B, I, SEND_B, RECV_F
-        return dev(s_.prev_chunk(c));
+        return prev_device_[c];
     }
   }
 
@@ -801,9 +805,10 @@ class Validator {
   // Per (chunk, microbatch), by ActionKind (one cache line for all kinds of a slot):
   std::vector<std::array<int, kNumSlotKinds>> pos_;  // position in its device's list, or kNone
   std::vector<std::array<int, kNumSlotKinds>>
-      done_;                            // dry-run step it ran at, kNever, or -1-d (d waits)
-  std::vector<char> full_backward_;     // a B (not I/W) runs for this slot
-  std::vector<int> prev_of_, next_of_;  // per chunk: Schedule::prev_chunk, next_chunk
+      done_;                                    // dry-run step it ran at, kNever, or -1-d (d waits)
+  std::vector<char> full_backward_;             // a B (not I/W) runs for this slot
+  std::vector<int> prev_of_, next_of_;          // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<int> prev_device_, next_device_;  // per chunk: their devices (-1: none)
   // Fast pass: one byte per slot and kind instead of a step.
   static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
   std::vector<std::array<int8_t, kNumSlotKinds>> state_;

@@ -48,10 +48,8 @@ class Simulator {
     check_inputs();
     lowered_ = s_.is_lowered();
     const size_t n = static_cast<size_t>(C_) * M_;
-    for (auto& v : event_) v.assign(n, kUnknown);
+    slot_.assign(n, SlotTimes{{kUnknown, kUnknown}, {kUnknown, kUnknown}});
     if (lowered_) {
-      recv_post_[0].assign(n, kUnknown);
-      recv_post_[1].assign(n, kUnknown);
       if (opt_.timeline) {
         recv_at_[0].assign(n, -1);
         recv_at_[1].assign(n, -1);
@@ -129,8 +127,9 @@ class Simulator {
   // Sets an event time and wakes the device waiting for it.
   void fire(Event e, int c, int m, double t) {
     const size_t i = at(c, m);
-    const double before = event_[e][i];
-    event_[e][i] = t;
+    double& slot = event(e, i);
+    const double before = slot;
+    slot = t;
     if (before <= kWaiting) ready_.push_back(static_cast<int>(-before) - 2);
     if (e != kIEnd && opt_.timeline && lowered_) {
       if (int k = recv_at_[e][i]; k >= 0) out_.timing[dev(c)][k].end_ms = t;
@@ -176,7 +175,7 @@ class Simulator {
 
   // When the receive of pending transfer p was posted (kUnknown: not yet).
   double posted_at(const Pending& p) const {
-    return lowered_ ? recv_post_[p.event][at(p.consumer, p.m)] : 0.0;
+    return lowered_ ? slot_[at(p.consumer, p.m)].recv_post[p.event] : 0.0;
   }
 
   // Transfer p leaves on `link`, whose queue it heads and whose receive is posted.
@@ -237,20 +236,22 @@ class Simulator {
     switch (a.kind) {
       case ActionKind::F:
         if (prev_[c] >= 0) {
-          if (event_[kFwdIn][i] < 0) return wait(kFwdIn, i, d), -1;
-          ready = std::max(ready, event_[kFwdIn][i]);
+          const double t = slot_[i].event[kFwdIn];
+          if (t < 0) return wait(kFwdIn, i, d), -1;
+          ready = std::max(ready, t);
         }
         break;
       case ActionKind::B:
       case ActionKind::I:
         if (next_[c] >= 0) {
-          if (event_[kGradIn][i] < 0) return wait(kGradIn, i, d), -1;
-          ready = std::max(ready, event_[kGradIn][i]);
+          const double t = slot_[i].event[kGradIn];
+          if (t < 0) return wait(kGradIn, i, d), -1;
+          ready = std::max(ready, t);
         }
         break;
       default:  // W
-        if (event_[kIEnd][i] < 0) return wait(kIEnd, i, d), -1;
-        ready = std::max(ready, event_[kIEnd][i]);
+        if (i_end(i) < 0) return wait(kIEnd, i, d), -1;
+        ready = std::max(ready, i_end(i));
         break;
     }
     return ready;
@@ -394,8 +395,9 @@ class Simulator {
           const bool grad = a.kind == ActionKind::RECV_B;
           const Event e = grad ? kGradIn : kFwdIn;
           const size_t i = at(a.chunk, a.microbatch);
-          record(d, k, clock, std::max(clock, event_[e][i]));
-          recv_post_[e][i] = clock;
+          // (Read only for the timeline: at large sizes the slot is rarely in cache here.)
+          if (opt_.timeline) record(d, k, clock, std::max(clock, slot_[i].event[e]));
+          slot_[i].recv_post[e] = clock;
           if (opt_.timeline) recv_at_[e][i] = k;
           const int peer = grad ? next_[a.chunk] : prev_[a.chunk];
           if (peer >= 0) {
@@ -412,7 +414,7 @@ class Simulator {
   }
 
   // Device d waits for event e of slot i (unknown until then): remember it in the slot itself.
-  void wait(Event e, size_t i, int d) { event_[e][i] = -2.0 - d; }
+  void wait(Event e, size_t i, int d) { event(e, i) = -2.0 - d; }
 
   [[noreturn]] void stalled() const {
     std::string why;
@@ -471,10 +473,21 @@ class Simulator {
   SimOptions opt_;
   int P_, C_, M_;
   bool lowered_ = false;
-  // Per event and (chunk, microbatch): its time (>= 0), kUnknown, or -2-d when device d waits.
-  std::vector<double> event_[3];
-  std::vector<double> recv_post_[2];  // by Event kFwdIn / kGradIn: when the RECV was posted
-  std::vector<int> recv_at_[2];       // position of that RECV in its list (timeline only)
+  // Per (chunk, microbatch), together so that a RECV, the transfer it waits for and the compute
+  // that consumes it meet in one cache line: kFwdIn and kGradIn times (>= 0), kUnknown, or -2-d
+  // when device d waits; and when the RECV was posted (lowered schedules).
+  struct SlotTimes {
+    double event[2];
+    double recv_post[2];
+  };
+  std::vector<SlotTimes> slot_;
+  std::vector<double> i_end_;  // kIEnd per slot, likewise; made at the first I or W
+  double& i_end(size_t i) {
+    if (i_end_.empty()) i_end_.assign(slot_.size(), kUnknown);
+    return i_end_[i];
+  }
+  double& event(Event e, size_t i) { return e == kIEnd ? i_end(i) : slot_[i].event[e]; }
+  std::vector<int> recv_at_[2];  // position of the RECV in its list (timeline only)
   std::vector<int> pos_;
   std::vector<int> prev_, next_;  // per chunk: Schedule::prev_chunk, next_chunk
   std::vector<double> gate_;      // per chunk: when its last UNSHARD finishes (0: never sharded)
