@@ -59,6 +59,16 @@ class ReceivePoster {
     not_yet.fill(kNotYet);
     done_.assign(n, not_yet);
     next_.assign(P, 0);
+    prev_.resize(C_);
+    next_of_.resize(C_);
+    prev_device_.resize(C_);
+    next_device_.resize(C_);
+    for (int c = 0; c < C_; ++c) {
+      prev_[c] = s_.prev_chunk(c);
+      next_of_[c] = s_.next_chunk(c);
+      prev_device_[c] = prev_[c] >= 0 ? s_.chunk_device[prev_[c]] : -1;
+      next_device_[c] = next_of_[c] >= 0 ? s_.chunk_device[next_of_[c]] : -1;
+    }
     for (int d = P - 1; d >= 0; --d) work_.push_back(d);
     while (true) {
       while (!work_.empty()) {
@@ -80,7 +90,6 @@ class ReceivePoster {
   bool happened(const Action& a) const {
     return done_[key(a)][static_cast<int>(a.kind)] == kHappened;
   }
-  void wait_for(const Action& a) { done_[key(a)][static_cast<int>(a.kind)] = kWaited; }
   // The device that can be blocked on `a`: the one consuming what it makes (for a RECV, the
   // device whose SEND waits for it). Unique per action, so no waiter needs storing.
   int consumer(const Action& a) const {
@@ -88,28 +97,19 @@ class ReceivePoster {
     switch (a.kind) {
       case ActionKind::F:
       case ActionKind::SEND_F:
-        return s_.chunk_device[s_.next_chunk(c)];
+      case ActionKind::RECV_B:
+        return next_device_[c];
       case ActionKind::B:
       case ActionKind::I:
       case ActionKind::SEND_B:
-        return s_.chunk_device[s_.prev_chunk(c)];
       case ActionKind::RECV_F:
-        return s_.chunk_device[s_.prev_chunk(c)];
-      case ActionKind::RECV_B:
-        return s_.chunk_device[s_.next_chunk(c)];
+        return prev_device_[c];
       default:
         return -1;
     }
   }
   bool done(int d) const { return next_[d] >= static_cast<int>(s_.actions[d].size()); }
   const Action& head(int d) const { return s_.actions[d][next_[d]]; }
-
-  Action backward_of(int c, int m) const {
-    const Action b{ActionKind::B, c, m};
-    // B and I never both exist for one chunk and microbatch (validate() checks it); the one that
-    // will run is the one in the list, so ask for either.
-    return has_split_ ? Action{ActionKind::I, c, m} : b;
-  }
 
   // The RECV a SEND needs posted (blocking sends).
   static std::optional<Action> receive_for(const Schedule& s, const Action& a) {
@@ -120,61 +120,76 @@ class ReceivePoster {
     return std::nullopt;
   }
 
-  // Whether `a` (on device d) can run: false, with `need` set to the first action it needs that
-  // has not happened, when it cannot.
-  bool can_run(const Action& a, int d, Action& need) const {
-    const int c = a.chunk, m = a.microbatch;
-    switch (a.kind) {
-      case ActionKind::F: {
-        const int p = s_.prev_chunk(c);
-        if (p < 0) return true;
-        need = {s_.chunk_device[p] == d ? ActionKind::F : ActionKind::SEND_F, p, m};
-        return happened(need);
-      }
-      case ActionKind::B:
-      case ActionKind::I: {
-        const int nx = s_.next_chunk(c);
-        if (nx < 0) return true;
-        if (s_.chunk_device[nx] == d) {
-          if (happened({ActionKind::B, nx, m}) || happened({ActionKind::I, nx, m})) return true;
-          need = backward_of(nx, m);
-          return false;
-        }
-        need = {ActionKind::SEND_B, nx, m};
-        return happened(need);
-      }
-      case ActionKind::SEND_F: {
-        const int nx = s_.next_chunk(c);
-        if (nx < 0) return true;
-        need = {ActionKind::RECV_F, nx, m};
-        return happened(need);
-      }
-      case ActionKind::SEND_B: {
-        const int p = s_.prev_chunk(c);
-        if (p < 0) return true;
-        need = {ActionKind::RECV_B, p, m};
-        return happened(need);
-      }
-      default:
-        return true;
-    }
-  }
-
+  // Runs device d until it blocks on an action that has not happened. On locals: GCC lets a
+  // byte-sized store alias any memory, so through members every state update would reload the list,
+  // the table and the placement.
   void advance(int d) {
-    const auto& list = s_.actions[d];
-    const int n = static_cast<int>(list.size());
+    const Action* const list = s_.actions[d].data();
+    const int n = static_cast<int>(s_.actions[d].size());
+    std::array<int8_t, kNumSlotKinds>* const done = done_.data();
+    const int* const device = s_.chunk_device.data();
+    const int* const prev = prev_.data();
+    const int* const next = next_of_.data();
+    const size_t M = static_cast<size_t>(M_);
+    const bool split = has_split_;
+    auto st = [&](ActionKind kind, int c, int m) -> int8_t& {
+      return done[static_cast<size_t>(c) * M + m][static_cast<int>(kind)];
+    };
     int k = next_[d];
     for (; k < n; ++k) {
-      const Action& a = list[k];
-      if (!has_slot(a.kind)) continue;  // chunk actions and pair markers need nothing here
-      Action wait;
-      if (!can_run(a, d, wait)) {
-        wait_for(wait);
-        if (wait.kind == ActionKind::I)  // a full backward satisfies it too
-          wait_for({ActionKind::B, wait.chunk, wait.microbatch});
-        break;
+      const Action a = list[k];
+      const int c = a.chunk, m = a.microbatch;
+      int8_t* need = nullptr;  // what `a` waits for, if it has not happened
+      switch (a.kind) {
+        case ActionKind::F: {
+          const int p = prev[c];
+          if (p >= 0) need = &st(device[p] == d ? ActionKind::F : ActionKind::SEND_F, p, m);
+          break;
+        }
+        case ActionKind::B:
+        case ActionKind::I: {
+          const int nx = next[c];
+          if (nx < 0) break;
+          if (device[nx] == d) {
+            if (st(ActionKind::B, nx, m) == kHappened || st(ActionKind::I, nx, m) == kHappened)
+              break;
+            // B and I never both exist for one chunk and microbatch (validate() checks it);
+            // the one that will run is the one in the list, so wait for either.
+            if (split) {
+              st(ActionKind::I, nx, m) = kWaited;
+              st(ActionKind::B, nx, m) = kWaited;
+            } else {
+              st(ActionKind::B, nx, m) = kWaited;
+            }
+            next_[d] = k;
+            return;
+          }
+          need = &st(ActionKind::SEND_B, nx, m);
+          break;
+        }
+        case ActionKind::SEND_F: {
+          const int nx = next[c];
+          if (nx >= 0) need = &st(ActionKind::RECV_F, nx, m);
+          break;
+        }
+        case ActionKind::SEND_B: {
+          const int p = prev[c];
+          if (p >= 0) need = &st(ActionKind::RECV_B, p, m);
+          break;
+        }
+        case ActionKind::W:
+        case ActionKind::RECV_F:
+        case ActionKind::RECV_B:
+          break;
+        default:
+          continue;  // chunk actions and pair markers need nothing here
       }
-      int8_t& slot = done_[key(a)][static_cast<int>(a.kind)];
+      if (need && *need != kHappened) {
+        *need = kWaited;
+        next_[d] = k;
+        return;
+      }
+      int8_t& slot = st(a.kind, c, m);
       if (slot == kWaited) work_.push_back(consumer(a));
       slot = kHappened;
     }
@@ -190,8 +205,12 @@ class ReceivePoster {
       if (!want || happened(*want)) continue;
       const int peer = s_.chunk_device[want->chunk];
       auto& list = s_.actions[peer];
-      auto it = std::find(list.begin() + next_[peer], list.end(), *want);
-      if (it == list.end()) continue;  // missing, or behind: validate() will say
+      const int n = static_cast<int>(list.size());
+      int from = next_[peer];
+      while (from < n && !(list[from].kind == want->kind && list[from].chunk == want->chunk &&
+                           list[from].microbatch == want->microbatch))
+        ++from;
+      if (from == n) continue;  // missing, or behind: validate() will say
       // Never inside an overlapped pair: if the peer stands in one, post before its marker (it
       // has run the marker and maybe the first compute; the receive then counts as posted).
       int at = next_[peer];
@@ -199,7 +218,10 @@ class ReceivePoster {
              (list[at - 1].kind == ActionKind::OVERLAP_F_B ||
               (at >= 2 && list[at - 2].kind == ActionKind::OVERLAP_F_B)))
         --at;
-      std::rotate(list.begin() + at, it, it + 1);
+      // Move it up to `at` (std::rotate by one, which the library does element by element).
+      const Action moving = list[from];
+      std::copy_backward(list.begin() + at, list.begin() + from, list.begin() + from + 1);
+      list[at] = moving;
       if (at < next_[peer]) {
         int8_t& slot = done_[key(*want)][static_cast<int>(want->kind)];
         if (slot == kWaited) work_.push_back(consumer(*want));
@@ -220,6 +242,8 @@ class ReceivePoster {
   int C_, M_;
   std::vector<std::array<int8_t, kNumSlotKinds>> done_;  // per (chunk, microbatch), by ActionKind
   std::vector<int> next_;
+  std::vector<int> prev_, next_of_;             // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<int> prev_device_, next_device_;  // per chunk: their devices (-1: none)
   std::vector<int> work_;
 };
 
@@ -255,6 +279,9 @@ Schedule lower(const Schedule& compute_only, const LowerOptions& options) {
     int begin, end;  // positions [begin, end) in the input list
   };
   std::vector<Unit> units;
+  const int C = compute_only.num_chunks;
+  constexpr uint8_t kPrevAway = 1, kNextAway = 2;
+  std::vector<uint8_t> away(std::max(C, 0));
   bool split = false;  // any I or W (Schedule::has_split_backward, found on the way)
   for (int d = 0; d < compute_only.num_devices; ++d) {
     const auto& in = compute_only.actions[d];
@@ -276,9 +303,41 @@ Schedule lower(const Schedule& compute_only, const LowerOptions& options) {
       }
     }
     const int U = static_cast<int>(units.size());
+    // Per chunk, whether its previous / next chunk sits on another device than d: recv_for()
+    // and send_after() as a table (they run for every compute action).
+    for (int c = 0; c < C; ++c) {
+      const int p = compute_only.prev_chunk(c), nx = compute_only.next_chunk(c);
+      away[c] =
+          static_cast<uint8_t>((p >= 0 && compute_only.chunk_device[p] != d ? kPrevAway : 0) |
+                               (nx >= 0 && compute_only.chunk_device[nx] != d ? kNextAway : 0));
+    }
     auto post_recvs_of = [&](int u, std::vector<Action>& list) {
-      for (int k = units[u].begin; k < units[u].end; ++k)
-        if (auto r = recv_for(compute_only, d, in[k])) list.push_back(*r);
+      for (int k = units[u].begin; k < units[u].end; ++k) {
+        const Action& a = in[k];
+        if (static_cast<unsigned>(a.chunk) >= static_cast<unsigned>(C)) {
+          if (auto r = recv_for(compute_only, d, a)) list.push_back(*r);
+        } else if (a.kind == ActionKind::F) {
+          if (away[a.chunk] & kPrevAway)
+            list.push_back({ActionKind::RECV_F, a.chunk, a.microbatch});
+        } else if (a.kind == ActionKind::B || a.kind == ActionKind::I) {
+          if (away[a.chunk] & kNextAway)
+            list.push_back({ActionKind::RECV_B, a.chunk, a.microbatch});
+        }
+      }
+    };
+    auto send_after_unit = [&](int u, std::vector<Action>& list) {
+      for (int k = units[u].begin; k < units[u].end; ++k) {
+        const Action& a = in[k];
+        if (static_cast<unsigned>(a.chunk) >= static_cast<unsigned>(C)) {
+          if (auto send = send_after(compute_only, d, a)) list.push_back(*send);
+        } else if (a.kind == ActionKind::F) {
+          if (away[a.chunk] & kNextAway)
+            list.push_back({ActionKind::SEND_F, a.chunk, a.microbatch});
+        } else if (a.kind == ActionKind::B || a.kind == ActionKind::I) {
+          if (away[a.chunk] & kPrevAway)
+            list.push_back({ActionKind::SEND_B, a.chunk, a.microbatch});
+        }
+      }
     };
     auto& list = out.actions[d];
     list.reserve(static_cast<size_t>(n) * 3);
@@ -291,8 +350,7 @@ Schedule lower(const Schedule& compute_only, const LowerOptions& options) {
       }
       list.push_back(in[k]);
       if (u < U && k + 1 == units[u].end) {
-        for (int j = units[u].begin; j < units[u].end; ++j)
-          if (auto send = send_after(compute_only, d, in[j])) list.push_back(*send);
+        send_after_unit(u, list);
         ++u;
       }
     }

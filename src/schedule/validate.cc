@@ -38,6 +38,16 @@ class Validator {
     check_chunk_actions();
     lowered_ = s_.is_lowered();
     if (lowered_) check_comm();
+    prev_of_.resize(C_);
+    next_of_.resize(C_);
+    prev_device_.resize(C_);
+    next_device_.resize(C_);
+    for (int c = 0; c < C_; ++c) {
+      prev_of_[c] = s_.prev_chunk(c);
+      next_of_[c] = s_.next_chunk(c);
+      prev_device_[c] = prev_of_[c] >= 0 ? dev(prev_of_[c]) : -1;
+      next_device_[c] = next_of_[c] >= 0 ? dev(next_of_[c]) : -1;
+    }
     return dry_run();
   }
 
@@ -92,13 +102,18 @@ class Validator {
     std::array<int, kNumSlotKinds> none;
     none.fill(kNone);
     pos_.assign(static_cast<size_t>(C_) * M_, none);
+    // Locals, so the stores into the table need not reload them.
+    std::array<int, kNumSlotKinds>* const pos = pos_.data();
+    const int* const device = s_.chunk_device.data();
+    const auto C = static_cast<unsigned>(C_), M = static_cast<unsigned>(M_);
+    bool chunk_actions = false;
     for (int d = 0; d < s_.num_devices; ++d) {
-      const auto& list = s_.actions[d];
-      for (int k = 0; k < static_cast<int>(list.size()); ++k) {
+      const Action* const list = s_.actions[d].data();
+      const int n = static_cast<int>(s_.actions[d].size());
+      for (int k = 0; k < n; ++k) {
         const Action& a = list[k];
         if (a.kind == ActionKind::OVERLAP_F_B) {
-          if (k + 2 >= static_cast<int>(list.size()) || !is_compute(list[k + 1].kind) ||
-              !is_compute(list[k + 2].kind))
+          if (k + 2 >= n || !is_compute(list[k + 1].kind) || !is_compute(list[k + 2].kind))
             fail_at(fmt::format("device {} position {}: OVERLAP_F_B must be followed by the two "
                                 "compute actions it pairs",
                                 d, k),
@@ -106,29 +121,29 @@ class Validator {
           check_pair(list[k + 1], list[k + 2], d, k);
           continue;
         }
-        if (a.chunk < 0 || a.chunk >= C_)
+        if (static_cast<unsigned>(a.chunk) >= C)
           fail_at(fmt::format("device {} position {}: {} names chunk {}, outside [0, {})", d, k,
                               to_string(a), a.chunk, C_),
                   {d, k});
         if (is_chunk_action(a.kind)) {
-          has_chunk_actions_ = true;
-          if (dev(a.chunk) != d)
+          chunk_actions = true;
+          if (device[a.chunk] != d)
             fail_at(fmt::format("device {} position {}: {} belongs to device {}, which holds "
                                 "chunk {}",
                                 d, k, to_string(a), dev(a.chunk), a.chunk),
                     {d, k});
           continue;
         }
-        if (a.microbatch < 0 || a.microbatch >= M_)
+        if (static_cast<unsigned>(a.microbatch) >= M)
           fail_at(fmt::format("device {} position {}: {} names microbatch {}, outside [0, {})", d,
                               k, to_string(a), a.microbatch, M_),
                   {d, k});
-        if (dev(a.chunk) != d)
+        if (device[a.chunk] != d)
           fail_at(
               fmt::format("device {} position {}: {} belongs to device {}, which holds chunk {}", d,
                           k, to_string(a), dev(a.chunk), a.chunk),
               {d, k});
-        int& slot = pos_[at(a.chunk, a.microbatch)][static_cast<int>(a.kind)];
+        int& slot = pos[static_cast<size_t>(a.chunk) * M + a.microbatch][static_cast<int>(a.kind)];
         if (slot == kNone) {
           slot = k;
         } else if (!duplicate_) {
@@ -136,6 +151,7 @@ class Validator {
         }
       }
     }
+    has_chunk_actions_ = chunk_actions;
   }
 
   // Position of every action in its device's list (filled by check_shape); duplicates are
@@ -521,9 +537,9 @@ class Validator {
       case ActionKind::F:
       case ActionKind::SEND_F:
       case ActionKind::RECV_B:
-        return dev(s_.next_chunk(c));
+        return next_device_[c];
       default:  // B, I, SEND_B, RECV_F
-        return dev(s_.prev_chunk(c));
+        return prev_device_[c];
     }
   }
 
@@ -599,31 +615,101 @@ class Validator {
     steps_ = std::max(steps_, t + 1);
   }
 
+  // The fast pass without synchronous pairs, for device d: earliest() and run_head() in line,
+  // up to its next pair marker (this loop is most of the validator's time at large sizes). False
+  // when d blocked. Its list, position and tables are locals: GCC lets a byte-sized store alias
+  // any memory, so through members every state update would reload them all.
+  bool advance_fast(int d) {
+    const Action* list = s_.actions[d].data();
+    const int n = static_cast<int>(s_.actions[d].size());
+    std::array<int8_t, kNumSlotKinds>* const state = state_.data();
+    const int* const device = s_.chunk_device.data();
+    const int* const prev = prev_of_.data();
+    const int* const next = next_of_.data();
+    const char* const full = full_backward_.data();
+    const size_t M = static_cast<size_t>(M_);
+    const bool lowered = lowered_;
+    const bool rendezvous = opt_.semantics == CommSemantics::kRendezvous;
+    auto st = [&](ActionKind kind, int c, int m) -> int8_t& {
+      return state[static_cast<size_t>(c) * M + m][static_cast<int>(kind)];
+    };
+    // The backward (B or I) that produces chunk c's input gradient for microbatch m.
+    auto backward = [&](int c, int m) -> int8_t& {
+      const size_t i = static_cast<size_t>(c) * M + m;
+      return state[i][static_cast<int>(full[i] ? ActionKind::B : ActionKind::I)];
+    };
+    int k = next_[d];
+    for (; k < n; ++k) {
+      const Action a = list[k];
+      const int c = a.chunk, m = a.microbatch;
+      // What `a` needs, in needs()'s order (the first one missing is the one waited for).
+      int8_t* dep[3];
+      int nd = 0;
+      switch (a.kind) {
+        case ActionKind::F: {
+          const int p = prev[c];
+          if (p < 0) break;
+          if (device[p] == d || !lowered) {
+            dep[nd++] = &st(ActionKind::F, p, m);
+          } else {
+            dep[nd++] = &st(ActionKind::RECV_F, c, m);
+            dep[nd++] = &st(ActionKind::SEND_F, p, m);
+          }
+          break;
+        }
+        case ActionKind::B:
+        case ActionKind::I: {
+          dep[nd++] = &st(ActionKind::F, c, m);
+          const int nx = next[c];
+          if (nx < 0) break;
+          if (device[nx] == d || !lowered) {
+            dep[nd++] = &backward(nx, m);
+          } else {
+            dep[nd++] = &st(ActionKind::RECV_B, c, m);
+            dep[nd++] = &st(ActionKind::SEND_B, nx, m);
+          }
+          break;
+        }
+        case ActionKind::W:
+          dep[nd++] = &st(ActionKind::I, c, m);
+          break;
+        case ActionKind::SEND_F:
+          dep[nd++] = &st(ActionKind::F, c, m);
+          if (rendezvous) dep[nd++] = &st(ActionKind::RECV_F, next[c], m);
+          break;
+        case ActionKind::SEND_B:
+          dep[nd++] = &backward(c, m);
+          if (rendezvous) dep[nd++] = &st(ActionKind::RECV_B, prev[c], m);
+          break;
+        case ActionKind::OVERLAP_F_B:
+          next_[d] = k;
+          return true;
+        default:  // RECV_F, RECV_B, chunk actions: need nothing
+          break;
+      }
+      for (int i = 0; i < nd; ++i) {
+        if (*dep[i] != kHappened) {
+          *dep[i] = kWaited;
+          next_[d] = k;
+          return false;
+        }
+      }
+      if (has_slot(a.kind)) {
+        int8_t& self = st(a.kind, c, m);
+        if (self == kWaited) work_.push_back(consumer(a));
+        self = kHappened;
+      }
+    }
+    next_[d] = k;
+    return true;
+  }
+
   void advance(int d) {
     const int n = static_cast<int>(s_.actions[d].size());
     const bool fast_single = fast_ && opt_.semantics != CommSemantics::kSynchronous;
     while (next_[d] < n) {
+      if (fast_single && (!advance_fast(d) || next_[d] >= n)) return;
       const Action a = head(d);
-      if (fast_single && a.kind != ActionKind::OVERLAP_F_B) {
-        // The fast pass without synchronous pairs: earliest() and run_head() in line (this loop
-        // is most of the validator's time at large sizes).
-        Action dep[4];
-        const int nd = needs(a, d, dep);
-        for (int i = 0; i < nd; ++i) {
-          int8_t& st = state_[key(dep[i])][static_cast<int>(dep[i].kind)];
-          if (st != kHappened) {
-            st = kWaited;
-            return;
-          }
-        }
-        if (has_slot(a.kind)) {
-          int8_t& st = state_[key(a)][static_cast<int>(a.kind)];
-          if (st == kWaited) work_.push_back(consumer(a));
-          st = kHappened;
-        }
-        ++next_[d];
-        continue;
-      }
       if (a.kind == ActionKind::OVERLAP_F_B) {
         // A pair runs at once: both ready, then the marker and both actions in one step.
         const auto& list = s_.actions[d];
@@ -719,8 +805,10 @@ class Validator {
   // Per (chunk, microbatch), by ActionKind (one cache line for all kinds of a slot):
   std::vector<std::array<int, kNumSlotKinds>> pos_;  // position in its device's list, or kNone
   std::vector<std::array<int, kNumSlotKinds>>
-      done_;                         // dry-run step it ran at, kNever, or -1-d (d waits)
-  std::vector<char> full_backward_;  // a B (not I/W) runs for this slot
+      done_;                                    // dry-run step it ran at, kNever, or -1-d (d waits)
+  std::vector<char> full_backward_;             // a B (not I/W) runs for this slot
+  std::vector<int> prev_of_, next_of_;          // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<int> prev_device_, next_device_;  // per chunk: their devices (-1: none)
   // Fast pass: one byte per slot and kind instead of a step.
   static constexpr int8_t kNotYet = 0, kWaited = 1, kHappened = 2;
   std::vector<std::array<int8_t, kNumSlotKinds>> state_;

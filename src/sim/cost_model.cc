@@ -9,11 +9,6 @@
 
 namespace bw::sim {
 
-double LinkModel::busy_ms(double bytes) const {
-  if (bandwidth_gbps <= 0 || bytes <= 0) return 0;
-  return bytes * 8.0 / (bandwidth_gbps * 1e9) * 1e3;
-}
-
 const LinkModel& CostModel::link_between(int src_device, int dst_device) const {
   if (devices_per_node > 0 && src_device / devices_per_node != dst_device / devices_per_node)
     return inter_node_link;

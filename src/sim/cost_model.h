@@ -35,7 +35,10 @@ struct LinkModel {
   double bandwidth_gbps = 0;  // gigabits per second; 0 = infinite
 
   // Time the link is busy with `bytes` (serialisation), and that plus latency.
-  double busy_ms(double bytes) const;
+  double busy_ms(double bytes) const {
+    if (bandwidth_gbps <= 0 || bytes <= 0) return 0;
+    return bytes * 8.0 / (bandwidth_gbps * 1e9) * 1e3;
+  }
   double transfer_ms(double bytes) const { return latency_ms + busy_ms(bytes); }
 };
 

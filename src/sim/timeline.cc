@@ -21,6 +21,25 @@ constexpr double kWaiting = -2.0;  // -2 - d: device d waits for it
 enum Event { kFwdIn = 0, kGradIn = 1, kIEnd = 2 };
 
 class Simulator {
+  struct Pending {
+    int consumer;
+    int m;
+    Event event;
+    int send_index;  // position of the SEND in the sender's list, -1 when implicit
+    double send_ms;
+    double bytes;
+  };
+  struct Link {
+    int src;
+    int dst;
+    const LinkModel* model;
+    std::vector<Pending> queue;
+    size_t head = 0;
+    double free_ms = 0;
+    double bytes = 0;
+    int messages = 0;
+  };
+
  public:
   Simulator(const schedule::Schedule& s, const CostModel& cm, const SimOptions& o)
       : s_(s), cm_(cm), opt_(o), P_(s.num_devices), C_(s.num_chunks), M_(s.num_microbatches) {}
@@ -29,16 +48,20 @@ class Simulator {
     check_inputs();
     lowered_ = s_.is_lowered();
     const size_t n = static_cast<size_t>(C_) * M_;
-    for (auto& v : event_) v.assign(n, kUnknown);
+    slot_.assign(n, SlotTimes{{kUnknown, kUnknown}, {kUnknown, kUnknown}});
     if (lowered_) {
-      recv_post_[0].assign(n, kUnknown);
-      recv_post_[1].assign(n, kUnknown);
       if (opt_.timeline) {
         recv_at_[0].assign(n, -1);
         recv_at_[1].assign(n, -1);
       }
     }
     pos_.assign(P_, 0);
+    prev_.resize(C_);
+    next_.resize(C_);
+    for (int c = 0; c < C_; ++c) {
+      prev_[c] = s_.prev_chunk(c);
+      next_[c] = s_.next_chunk(c);
+    }
     gate_.assign(C_, 0);
     clock_.assign(P_, 0);
     mem_.assign(P_, 0);
@@ -77,16 +100,15 @@ class Simulator {
                                     cm_.chunks.size(), s_.kind, C_));
     if (static_cast<int>(s_.actions.size()) != P_ || static_cast<int>(s_.chunk_device.size()) != C_)
       throw ConfigError(fmt::format("schedule '{}' is malformed; validate() it first", s_.kind));
+    const int* const device = s_.chunk_device.data();
+    const auto C = static_cast<unsigned>(C_), M = static_cast<unsigned>(M_);
     for (int d = 0; d < P_; ++d)
       for (const Action& a : s_.actions[d]) {
         if (a.kind == ActionKind::OVERLAP_F_B) continue;
         const bool slot = schedule::has_slot(a.kind);
-        if (a.chunk < 0 || a.chunk >= C_ || (slot && (a.microbatch < 0 || a.microbatch >= M_)) ||
-            dev(a.chunk) != d)
-          throw ConfigError(
-              fmt::format("schedule '{}': {} on device {} is out of place; "
-                          "validate() it first",
-                          s_.kind, schedule::to_string(a), d));
+        if (static_cast<unsigned>(a.chunk) >= C ||
+            (slot && static_cast<unsigned>(a.microbatch) >= M) || device[a.chunk] != d)
+          out_of_place(a, d);
       }
     if (cm_.overlap_f_b < 0 || cm_.overlap_f_b > 1)
       throw ConfigError(
@@ -95,11 +117,19 @@ class Simulator {
                       cm_.overlap_f_b));
   }
 
+  [[noreturn, gnu::noinline]] void out_of_place(const Action& a, int d) const {
+    throw ConfigError(
+        fmt::format("schedule '{}': {} on device {} is out of place; validate() it "
+                    "first",
+                    s_.kind, schedule::to_string(a), d));
+  }
+
   // Sets an event time and wakes the device waiting for it.
   void fire(Event e, int c, int m, double t) {
     const size_t i = at(c, m);
-    const double before = event_[e][i];
-    event_[e][i] = t;
+    double& slot = event(e, i);
+    const double before = slot;
+    slot = t;
     if (before <= kWaiting) ready_.push_back(static_cast<int>(-before) - 2);
     if (e != kIEnd && opt_.timeline && lowered_) {
       if (int k = recv_at_[e][i]; k >= 0) out_.timing[dev(c)][k].end_ms = t;
@@ -133,33 +163,48 @@ class Simulator {
             const Action& what, int send_index) {
     const int l = link_of(src, dst);
     (void)what;
-    links_[l].queue.push_back({consumer, m, e, send_index, t, bytes});
-    drain(l);
+    Link& link = links_[l];
+    const Pending p{consumer, m, e, send_index, t, bytes};
+    // After every drain the queue is empty or its head's receive is not posted: behind that head
+    // the new transfer waits; on an empty queue it starts now if its receive is posted.
+    if (link.head == link.queue.size() && posted_at(p) != kUnknown)
+      start(link, p);
+    else
+      link.queue.push_back(p);
+  }
+
+  // When the receive of pending transfer p was posted (kUnknown: not yet).
+  double posted_at(const Pending& p) const {
+    return lowered_ ? slot_[at(p.consumer, p.m)].recv_post[p.event] : 0.0;
+  }
+
+  // Transfer p leaves on `link`, whose queue it heads and whose receive is posted.
+  void start(Link& link, const Pending& p) {
+    const double start = std::max({p.send_ms, posted_at(p), link.free_ms});
+    const double busy = link.model->busy_ms(p.bytes);
+    link.free_ms = start + busy;
+    const double arrive = start + busy + link.model->latency_ms;
+    link.bytes += p.bytes;
+    link.messages += 1;
+    if (opt_.timeline) {
+      // The producing chunk: the consumer's previous chunk (activation) or next one (gradient).
+      const Action what = p.event == kFwdIn
+                              ? Action{ActionKind::SEND_F, s_.prev_chunk(p.consumer), p.m}
+                              : Action{ActionKind::SEND_B, s_.next_chunk(p.consumer), p.m};
+      out_.transfers.push_back({link.src, link.dst, what, p.bytes, start, arrive});
+      if (p.send_index >= 0) out_.timing[link.src][p.send_index].end_ms = arrive;
+    }
+    fire(p.event, p.consumer, p.m, arrive);
   }
 
   // Starts the transfers at the head of link l whose receives are posted, in FIFO order.
   void drain(int l) {
     Link& link = links_[l];
     while (link.head < link.queue.size()) {
-      const Pending& p = link.queue[link.head];
-      const double posted = lowered_ ? recv_post_[p.event][at(p.consumer, p.m)] : 0.0;
-      if (posted == kUnknown) return;
-      const double start = std::max({p.send_ms, posted, link.free_ms});
-      const double busy = link.model->busy_ms(p.bytes);
-      link.free_ms = start + busy;
-      const double arrive = start + busy + link.model->latency_ms;
-      link.bytes += p.bytes;
-      link.messages += 1;
-      if (opt_.timeline) {
-        // The producing chunk: the consumer's previous chunk (activation) or next one (gradient).
-        const Action what = p.event == kFwdIn
-                                ? Action{ActionKind::SEND_F, s_.prev_chunk(p.consumer), p.m}
-                                : Action{ActionKind::SEND_B, s_.next_chunk(p.consumer), p.m};
-        out_.transfers.push_back({link.src, link.dst, what, p.bytes, start, arrive});
-        if (p.send_index >= 0) out_.timing[link.src][p.send_index].end_ms = arrive;
-      }
+      const Pending p = link.queue[link.head];
+      if (posted_at(p) == kUnknown) return;
       ++link.head;
-      fire(p.event, p.consumer, p.m, arrive);
+      start(link, p);
     }
     // Keep only what is still pending (memory stays bounded by the transfers in flight).
     if (link.head == link.queue.size()) {
@@ -190,21 +235,23 @@ class Simulator {
     double ready = gate_[c];
     switch (a.kind) {
       case ActionKind::F:
-        if (s_.prev_chunk(c) >= 0) {
-          if (event_[kFwdIn][i] < 0) return wait(kFwdIn, i, d), -1;
-          ready = std::max(ready, event_[kFwdIn][i]);
+        if (prev_[c] >= 0) {
+          const double t = slot_[i].event[kFwdIn];
+          if (t < 0) return wait(kFwdIn, i, d), -1;
+          ready = std::max(ready, t);
         }
         break;
       case ActionKind::B:
       case ActionKind::I:
-        if (s_.next_chunk(c) >= 0) {
-          if (event_[kGradIn][i] < 0) return wait(kGradIn, i, d), -1;
-          ready = std::max(ready, event_[kGradIn][i]);
+        if (next_[c] >= 0) {
+          const double t = slot_[i].event[kGradIn];
+          if (t < 0) return wait(kGradIn, i, d), -1;
+          ready = std::max(ready, t);
         }
         break;
       default:  // W
-        if (event_[kIEnd][i] < 0) return wait(kIEnd, i, d), -1;
-        ready = std::max(ready, event_[kIEnd][i]);
+        if (i_end(i) < 0) return wait(kIEnd, i, d), -1;
+        ready = std::max(ready, i_end(i));
         break;
     }
     return ready;
@@ -226,13 +273,13 @@ class Simulator {
 
   // The effects of compute action `a` on device d that ran [start, end): memory, and its output
   // handed on (locally, or implicitly sent when the schedule is compute-only).
-  void finish(int d, const Action& a, double start, double end) {
+  [[gnu::always_inline]] void finish(int d, const Action& a, double start, double end) {
     const int c = a.chunk, m = a.microbatch;
     const ChunkCost& cost = cm_.chunks[c];
     switch (a.kind) {
       case ActionKind::F: {
         hold(d, cost.activation_bytes, start);
-        if (const int nx = s_.next_chunk(c); nx >= 0) {
+        if (const int nx = next_[c]; nx >= 0) {
           if (dev(nx) == d)
             fire(kFwdIn, nx, m, end);
           else if (!lowered_)
@@ -246,7 +293,7 @@ class Simulator {
           hold(d, -cost.activation_bytes, end);
         else
           fire(kIEnd, c, m, end);
-        if (const int p = s_.prev_chunk(c); p >= 0) {
+        if (const int p = prev_[c]; p >= 0) {
           if (dev(p) == d)
             fire(kGradIn, p, m, end);
           else if (!lowered_)
@@ -269,6 +316,7 @@ class Simulator {
     // them) and go back when it blocks or finishes.
     int pos = pos_[d];
     double clock = clock_[d];
+    const double overhead = cm_.action_overhead_ms;  // a local: double stores could alias it
     auto save = [&] {
       pos_[d] = pos;
       clock_[d] = clock;
@@ -335,9 +383,9 @@ class Simulator {
           record(d, k, clock, clock);
           const int c = a.chunk, m = a.microbatch;
           if (a.kind == ActionKind::SEND_F) {
-            if (const int nx = s_.next_chunk(c); nx >= 0)
+            if (const int nx = next_[c]; nx >= 0)
               send(d, dev(nx), kFwdIn, nx, m, clock, cm_.chunks[c].output_bytes, a, k);
-          } else if (const int p = s_.prev_chunk(c); p >= 0) {
+          } else if (const int p = prev_[c]; p >= 0) {
             send(d, dev(p), kGradIn, p, m, clock, cm_.chunks[p].output_bytes, a, k);
           }
           break;
@@ -347,22 +395,26 @@ class Simulator {
           const bool grad = a.kind == ActionKind::RECV_B;
           const Event e = grad ? kGradIn : kFwdIn;
           const size_t i = at(a.chunk, a.microbatch);
-          record(d, k, clock, std::max(clock, event_[e][i]));
-          recv_post_[e][i] = clock;
+          // (Read only for the timeline: at large sizes the slot is rarely in cache here.)
+          if (opt_.timeline) record(d, k, clock, std::max(clock, slot_[i].event[e]));
+          slot_[i].recv_post[e] = clock;
           if (opt_.timeline) recv_at_[e][i] = k;
-          const int peer = grad ? s_.next_chunk(a.chunk) : s_.prev_chunk(a.chunk);
-          if (peer >= 0) drain(link_of(dev(peer), d));
+          const int peer = grad ? next_[a.chunk] : prev_[a.chunk];
+          if (peer >= 0) {
+            const int l = link_of(dev(peer), d);
+            if (links_[l].head < links_[l].queue.size()) drain(l);  // else nothing to start
+          }
           break;
         }
       }
-      clock += cm_.action_overhead_ms;
+      clock += overhead;
       ++pos;
     }
     save();
   }
 
   // Device d waits for event e of slot i (unknown until then): remember it in the slot itself.
-  void wait(Event e, size_t i, int d) { event_[e][i] = -2.0 - d; }
+  void wait(Event e, size_t i, int d) { event(e, i) = -2.0 - d; }
 
   [[noreturn]] void stalled() const {
     std::string why;
@@ -416,36 +468,29 @@ class Simulator {
     });
   }
 
-  struct Pending {
-    int consumer;
-    int m;
-    Event event;
-    int send_index;  // position of the SEND in the sender's list, -1 when implicit
-    double send_ms;
-    double bytes;
-  };
-  struct Link {
-    int src;
-    int dst;
-    const LinkModel* model;
-    std::vector<Pending> queue;
-    size_t head = 0;
-    double free_ms = 0;
-    double bytes = 0;
-    int messages = 0;
-  };
-
   const schedule::Schedule& s_;
   const CostModel& cm_;
   SimOptions opt_;
   int P_, C_, M_;
   bool lowered_ = false;
-  // Per event and (chunk, microbatch): its time (>= 0), kUnknown, or -2-d when device d waits.
-  std::vector<double> event_[3];
-  std::vector<double> recv_post_[2];  // by Event kFwdIn / kGradIn: when the RECV was posted
-  std::vector<int> recv_at_[2];       // position of that RECV in its list (timeline only)
+  // Per (chunk, microbatch), together so that a RECV, the transfer it waits for and the compute
+  // that consumes it meet in one cache line: kFwdIn and kGradIn times (>= 0), kUnknown, or -2-d
+  // when device d waits; and when the RECV was posted (lowered schedules).
+  struct SlotTimes {
+    double event[2];
+    double recv_post[2];
+  };
+  std::vector<SlotTimes> slot_;
+  std::vector<double> i_end_;  // kIEnd per slot, likewise; made at the first I or W
+  double& i_end(size_t i) {
+    if (i_end_.empty()) i_end_.assign(slot_.size(), kUnknown);
+    return i_end_[i];
+  }
+  double& event(Event e, size_t i) { return e == kIEnd ? i_end(i) : slot_[i].event[e]; }
+  std::vector<int> recv_at_[2];  // position of the RECV in its list (timeline only)
   std::vector<int> pos_;
-  std::vector<double> gate_;  // per chunk: when its last UNSHARD finishes (0: never sharded)
+  std::vector<int> prev_, next_;  // per chunk: Schedule::prev_chunk, next_chunk
+  std::vector<double> gate_;      // per chunk: when its last UNSHARD finishes (0: never sharded)
   std::vector<double> clock_;
   std::vector<double> mem_;
   std::vector<int> ready_;
