@@ -52,8 +52,10 @@ void add_agent(CLI::App& app) {
   cmd->footer(
       "\nThe run token comes from BW_RUN_TOKEN, which must equal the coordinator's; a refused\n"
       "agent exits with status 2. GLOO_SOCKET_IFNAME names the interface Gloo uses (default: the\n"
-      "one that reaches the coordinator). Exit status: 0 when the run finished, 3 when the\n"
-      "coordinator could not be reached or the run stopped.");
+      "one that reaches the coordinator). This host needs the run's corpus at data.path (the\n"
+      "same content as the coordinator's, else the agent is refused); nothing is written here.\n"
+      "Exit status: 0 when the run finished, 3 when the coordinator could not be reached or the\n"
+      "run stopped.");
   cmd->callback([cmd, cli] {
     if (!cli->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(cli->log_level));
     auto& args = cli->args;

@@ -257,6 +257,8 @@ void add_coordinator(CLI::App& app) {
       "ADDR:PORT\n"
       "The run token is elastic.run_token or BW_RUN_TOKEN (required). The store has no\n"
       "authentication of its own: listen on a trusted network only (docs/multihost.md).\n"
+      "train.out_dir and train.resume are read and written here only (checkpoints travel over\n"
+      "the store); data.path must hold the same corpus on every host (checked at registration).\n"
       "Run config overrides work as for `train` (--section.key=value).");
   cmd->callback([cmd, args] {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
@@ -335,8 +337,9 @@ void add_launch(CLI::App& app) {
       "\nEach agent gets the run token (elastic.run_token, BW_RUN_TOKEN, or a fresh random one) "
       "on\n"
       "its standard input and stops when the launcher does (end of the run, an error, Ctrl-C).\n"
-      "cluster.nodes and cluster.devices_per_node come from the hostfile. Run config overrides\n"
-      "work as for `train` (--section.key=value); see docs/multihost.md.");
+      "cluster.nodes and cluster.devices_per_node come from the hostfile. Checkpoints are\n"
+      "written here only; data.path must hold the same corpus on every host. Run config\n"
+      "overrides work as for `train` (--section.key=value); see docs/multihost.md.");
   cmd->callback([cmd, args] {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
     const auto overrides = runtime::overrides_from_args(cmd->remaining());

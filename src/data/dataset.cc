@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace bw::data {
@@ -124,6 +125,12 @@ int64_t TokenDataset::token(int64_t i) const {
       return static_cast<int64_t>(p[0]) | (static_cast<int64_t>(p[1]) << 8) |
              (static_cast<int64_t>(p[2]) << 16) | (static_cast<int64_t>(p[3]) << 24);
   }
+}
+
+std::string TokenDataset::content_digest() const {
+  const uint32_t crc = crc32c(tokens_, static_cast<size_t>(num_tokens_ * token_bytes_));
+  return fmt::format("{} tokens of vocabulary {}, CRC-32C {}", num_tokens_, vocab_size_,
+                     crc32c_hex(crc));
 }
 
 void TokenDataset::copy_tokens(int64_t first, int64_t count, int64_t* out) const {

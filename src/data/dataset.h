@@ -51,6 +51,10 @@ class TokenDataset {
   int vocab_size() const { return vocab_size_; }
   Format format() const { return format_; }
   const std::string& path() const { return path_; }
+  // What the corpus holds, to compare copies on different hosts (docs/multihost.md "Data"):
+  // "{tokens} tokens of vocabulary {vocab}, CRC-32C {crc of the token bytes}". One pass over the
+  // tokens (several GB/s).
+  std::string content_digest() const;
 
   // Token i (0 <= i < num_tokens), not checked against the vocabulary.
   int64_t token(int64_t i) const;

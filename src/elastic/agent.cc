@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
+#include "data/dataset.h"
 #include "elastic/keys.h"
 #include "elastic/net.h"
 #include "elastic/process.h"
@@ -154,6 +157,39 @@ void read_token_from_stdin(AgentArgs& args) {
   }).detach();
 }
 
+// How long this process took from its exec to now (loading the binary and LibTorch, the same
+// start-up its workers will have): /proc/self/stat's start time against /proc/uptime.
+double process_age_ms() {
+  std::ifstream stat("/proc/self/stat"), up("/proc/uptime");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(line.substr(close + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i) {
+    if (i == 22) {
+      double uptime_s = 0;
+      up >> uptime_s;
+      const double start_s = std::stod(f) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      return std::max(0.0, (uptime_s - start_s) * 1000);
+    }
+  }
+  return 0;
+}
+
+// What this host's corpus holds, for the coordinator to compare with its own: {"path",
+// "digest"}, or {"path", "error"} when it cannot be read here.
+nlohmann::json corpus_report(const runtime::RunConfig& config) {
+  std::string path = config.data.path.empty() ? "(the default corpus)" : config.data.path;
+  try {
+    if (config.data.path.empty()) path = data::default_corpus_path();
+    return {{"path", path}, {"digest", data::TokenDataset::open(path).content_digest()}};
+  } catch (const ConfigError& e) {
+    return {{"path", path}, {"error", e.what()}};
+  }
+}
+
 }  // namespace
 
 int run_agent(const AgentArgs& args) {
@@ -181,6 +217,9 @@ int run_agent(const AgentArgs& args) {
 }
 
 int run_remote_agent(AgentArgs args) {
+  // Measured first: the time to here is the start-up the coordinator allows this host's workers
+  // (twice over) before their first heartbeat; it cannot time a process someone else started.
+  const double launch_ms = process_age_ms();
   if (args.token_stdin) read_token_from_stdin(args);
   if (args.node_name.empty()) {
     char host[256] = {};
@@ -217,11 +256,14 @@ int run_remote_agent(AgentArgs args) {
                      get_string(*store, keys::run_over()));
         return 0;
       }
+      const auto data = corpus_report(config);
       index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
       const auto doc = nlohmann::json{
           {"name", args.node_name},
           {"host", n.gloo_host},
           {"devices", args.devices},
+          {"data", data},
+          {"launch_ms", launch_ms},
           {"proof", args.token.empty() ? std::string() : token_proof(args.token, nonce, index)}};
       const auto text = doc.dump();
       store->set(keys::registration(index), std::vector<uint8_t>(text.begin(), text.end()));

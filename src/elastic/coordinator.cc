@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
+#include "elastic/shard_store.h"
 #include "elastic/local_nodes.h"
 #include "elastic/net.h"
 #include "elastic/planning.h"
@@ -115,6 +116,7 @@ class Metrics {
            {"plan_ms", e.plan_ms},
            {"regroup_ms", e.regroup_ms},
            {"transfer_ms", e.transfer_ms},
+           {"transfer_bytes", e.transfer_bytes},
            {"replay_ms", e.replay_ms},
            {"recovery_ms", e.recovery_ms}});
   }
@@ -408,9 +410,18 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     const std::string exe = options.executable.empty() ? self_executable() : options.executable;
     std::unique_ptr<LocalNodes> local;
     std::unique_ptr<RemoteNodes> hosts;
+    // Nothing of train.out_dir or train.resume is read or written by another process: the
+    // resume state goes out and checkpoint shards come back through the store (shard_store.h).
+    const int num_layers = model::num_layers(model);
+    if (!resume.empty()) {
+      const auto bytes = put_resume(*store, runtime::load_checkpoint(resume), num_layers);
+      runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
+                   io::human_bytes(bytes), resume);
+    }
     if (remote) {
       hosts =
           std::make_unique<RemoteNodes>(store, token, ctx.cluster.num_nodes, ctx.devices_per_node);
+      hosts->require_data(data_path, dataset.content_digest());
       if (options.on_listen) options.on_listen(listen.host, store->getPort());
       hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
     } else {
@@ -437,7 +448,13 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     so.startup_ms = std::max(so.step_timeout_ms, 60000.0);
     so.stop_grace_ms = std::max(2000.0, so.heartbeat_timeout_ms);
     Supervisor sup(store, clock, nodes, ctx, run, so);
+    bool resume_published = !resume.empty();
     sup.on_step = [&](const StepRecord& r) {
+      if (resume_published) {
+        // A committed step: no later generation loads train.resume (supervisor.cc, publish).
+        erase_resume(*store, num_layers);
+        resume_published = false;
+      }
       StepSummary s;
       s.step = r.step;
       s.loss = r.loss;
@@ -462,11 +479,23 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       summary.generations = p.layout.generation + 1;
       if (p.layout.generation > 0 && options.on_plan) options.on_plan(p.layout, p.notes);
     };
-    sup.on_checkpoint = [&](int steps_done, int shards, const RunPlan& p) {
-      summary.checkpoint =
-          runtime::merge_shards(runtime::checkpoint_dir(config.train.out_dir, steps_done), shards,
-                                checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
+    sup.on_checkpoint = [&](int steps_done, int shards, const RunPlan& p,
+                            const std::string& prefix) {
+      const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
+      try {
+        receive_shards(*store, prefix, shards, dir);
+      } catch (...) {
+        std::error_code ec;
+        fs::remove_all(runtime::staging_dir(dir), ec);
+        erase_shards(*store, prefix, shards);
+        throw;
+      }
+      summary.checkpoint = runtime::merge_shards(
+          dir, shards, checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
       return summary.checkpoint;
+    };
+    sup.on_checkpoint_dropped = [&](const std::string& prefix, int shards) {
+      erase_shards(*store, prefix, shards);
     };
     runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host,
                  store->getPort(), ctx.cluster.num_nodes);

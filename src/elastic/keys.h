@@ -53,7 +53,8 @@ inline std::string inject_time(int index) { return fmt::format("inject/{}/at", i
 inline std::string layout(int g) { return fmt::format("g{}/layout", g); }  // JSON
 inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JSON
 inline std::string abort(int g) { return fmt::format("g{}/abort", g); }
-// JSON {"regroup_ms", "transfer_ms"} once a rank has its groups and state.
+// JSON {"regroup_ms", "transfer_ms", "transfer_bytes"} once a rank has its groups and state
+// (transfer_bytes: what it received).
 inline std::string joined(int g, int rank) { return fmt::format("g{}/joined/{}", g, rank); }
 inline std::string ready(int g, int step, int rank) {
   return fmt::format("g{}/ready/{}/{}", g, step, rank);  // StepReport JSON
@@ -73,5 +74,11 @@ inline std::string num_stopped(int g) { return fmt::format("g{}/nstopped", g); }
 // JSON {"kind": "generation", "generation"} | {"kind": "shutdown", "save": ...}.
 inline std::string next(int g) { return fmt::format("g{}/next", g); }
 inline std::string num_final(int g) { return fmt::format("g{}/nfinal", g); }
+// Where the shards of a checkpoint travel (shard_store.h): a periodic one with `steps` steps
+// done, and the stop save of generation g.
+inline std::string checkpoint_shards(int g, int steps) {
+  return fmt::format("g{}/ckpt/{}", g, steps);
+}
+inline std::string final_shards(int g) { return fmt::format("g{}/final", g); }
 
 }  // namespace bw::elastic::keys

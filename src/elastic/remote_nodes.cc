@@ -97,6 +97,7 @@ void RemoteNodes::handle(int index, const std::string& json) {
   const std::string host = doc.value("host", std::string("?"));
   const std::string proof = doc.value("proof", std::string());
   const int devices = doc.value("devices", 0);
+  const double launch_ms = std::clamp(doc.value("launch_ms", 0.0), 0.0, 600000.0);
   const std::string who = fmt::format("'{}' ({})", name, host);
   if (proof.empty()) {
     refuse(index, who,
@@ -111,6 +112,29 @@ void RemoteNodes::handle(int index, const std::string& json) {
   if (name.empty()) {
     refuse(index, who, "it has no node name; give it --node-name");
     return;
+  }
+  if (!data_digest_.empty()) {
+    // The corpus is read on every host (workers read their microbatches locally): each must
+    // hold the same tokens, or the pipelines would train on different samples.
+    const auto data = doc.value("data", nlohmann::json::object());
+    const std::string error = data.value("error", std::string());
+    const std::string digest = data.value("digest", std::string());
+    if (!error.empty()) {
+      refuse(index, who,
+             fmt::format("it cannot read the corpus: {}; every host needs the run's corpus at "
+                         "data.path ('{}')",
+                         error, data_path_));
+      return;
+    }
+    if (digest != data_digest_) {
+      refuse(index, who,
+             fmt::format("its corpus at data.path '{}' holds {} but the coordinator's holds {}; "
+                         "every host needs the same corpus at data.path (copy the coordinator's)",
+                         data.value("path", data_path_),
+                         digest.empty() ? std::string("nothing it reported") : digest,
+                         data_digest_));
+      return;
+    }
   }
   if (devices != 0 && devices != devices_) {
     refuse(index, who,
@@ -136,7 +160,7 @@ void RemoteNodes::handle(int index, const std::string& json) {
                          nodes_, nodes_ + 1));
       return;
     }
-    early_.push_back({index, name, host});
+    early_.push_back({index, name, host, launch_ms});
     runtime::log(runtime::LogLevel::kInfo, "agent {} registered ({} of {})", who, early_.size(),
                  nodes_);
     return;
@@ -173,6 +197,7 @@ void RemoteNodes::handle(int index, const std::string& json) {
   s.name = name;
   s.host = host;
   s.waiting = index;
+  s.launch_ms = launch_ms;
   runtime::log(runtime::LogLevel::kInfo, "agent {} registered again for node {}", who, slot);
 }
 
@@ -217,6 +242,7 @@ void RemoteNodes::wait_for_agents(double timeout_s, const std::vector<std::strin
     slots_[n].name = early_[n].name;
     slots_[n].host = early_[n].host;
     slots_[n].waiting = early_[n].index;
+    slots_[n].launch_ms = early_[n].launch_ms;
     runtime::log(runtime::LogLevel::kInfo, "node {} is '{}' ({})", n, slots_[n].name,
                  slots_[n].host);
   }

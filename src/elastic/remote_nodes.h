@@ -47,10 +47,19 @@ class RemoteNodes final : public Nodes {
   void kill(int node) override;                    // fences the node's current incarnation
   std::vector<std::pair<int, int>> poll() override;
   std::vector<int> arrived() override;
+  double launch_ms(int node) const override { return slots_.at(node).launch_ms; }
 
   // Publishes that the run is over (`how`: "finished" or why it stopped) and waits up to
   // `timeout_ms` for the agents still in the run to acknowledge.
   void end_run(const std::string& how, double timeout_ms);
+
+  // Every agent must report a corpus at data.path with this content (TokenDataset::
+  // content_digest of the coordinator's copy at `path`); an agent whose copy differs, is missing
+  // or reports none is refused. Unset: no check.
+  void require_data(std::string path, std::string digest) {
+    data_path_ = std::move(path);
+    data_digest_ = std::move(digest);
+  }
 
   const std::string& name(int node) const { return slots_.at(node).name; }
   int refused() const { return refused_; }  // registrations refused so far
@@ -61,10 +70,12 @@ class RemoteNodes final : public Nodes {
     int incarnation = 0;
     bool running = false;        // accepted and not fenced
     std::optional<int> waiting;  // a registration waiting for start()
+    double launch_ms = 0;        // the agent's start-up as it reported it
   };
   struct Registration {
     int index = 0;
     std::string name, host;
+    double launch_ms = 0;
   };
   void scan();
   void handle(int index, const std::string& json);
@@ -83,6 +94,7 @@ class RemoteNodes final : public Nodes {
   std::vector<std::pair<int, int>> replaced_;  // (node, status) for poll()
   int refused_ = 0;
   bool ended_ = false;
+  std::string data_path_, data_digest_;
 };
 
 }  // namespace bw::elastic

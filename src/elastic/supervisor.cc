@@ -190,6 +190,7 @@ void Supervisor::detect() {
     }
     if (!agent.starting && st.agent_up_ms == 0) {
       st.agent_up_ms = now;
+      st.launch_ms = nodes_.launch_ms(node);
       runtime::log(runtime::LogLevel::kDebug, "node {}: agent up {:.0f} ms after its start", node,
                    now - st.started_ms);
     }
@@ -226,7 +227,8 @@ void Supervisor::detect() {
 double Supervisor::worker_startup_deadline_ms(const NodeState& node, const Beat& beat) const {
   const double grace = beat.since_ms + opt_.startup_ms;
   if (node.agent_up_ms == 0) return grace;
-  const double launch_ms = node.agent_up_ms - node.started_ms;
+  // A remote agent was started by someone else, long before: its own measure counts.
+  const double launch_ms = std::max(node.agent_up_ms - node.started_ms, node.launch_ms);
   return std::min(grace, node.agent_up_ms + opt_.heartbeat_timeout_ms + 2 * launch_ms);
 }
 
@@ -290,6 +292,8 @@ void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
     outcome_.kind = Outcome::kStopped;
     outcome_.message +=
         fmt::format("; node {} was lost while the checkpoint was being written", node);
+    if (on_checkpoint_dropped)
+      on_checkpoint_dropped(keys::final_shards(g_), static_cast<int>(save_writers_.size()));
     phase_ = Phase::kDone;
   }
   if (recovery_) recovery_->nodes.assign(failed_.begin(), failed_.end());
@@ -370,6 +374,7 @@ void Supervisor::report_recovery(int step, double now) {
     const auto j = nlohmann::json::parse(get_string(*store_, keys::joined(g_, r)));
     e.regroup_ms = std::max(e.regroup_ms, j.at("regroup_ms").get<double>());
     e.transfer_ms = std::max(e.transfer_ms, j.at("transfer_ms").get<double>());
+    e.transfer_bytes += j.value("transfer_bytes", int64_t{0});
   }
   e.recovery_ms = now - pending_->fail_ms;
   e.replay_ms = std::max(0.0, now - pending_->published_ms - e.regroup_ms - e.transfer_ms);
@@ -504,7 +509,7 @@ void Supervisor::poll_run() {
   }
   for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
     if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
-      if (on_checkpoint) on_checkpoint(*it, world, run_);
+      if (on_checkpoint) on_checkpoint(*it, world, run_, keys::checkpoint_shards(g_, *it));
       it = pending_checkpoints_.erase(it);
     } else {
       ++it;
@@ -538,8 +543,11 @@ void Supervisor::poll_quiesce() {
     const int world = run_.layout.world_size();
     for (int steps_done : pending_checkpoints_) {
       if (counter(*store_, keys::num_saved(g_, steps_done - 1)) == world) {
-        if (on_checkpoint) on_checkpoint(steps_done, world, run_);
+        if (on_checkpoint)
+          on_checkpoint(steps_done, world, run_, keys::checkpoint_shards(g_, steps_done));
       } else {
+        if (on_checkpoint_dropped)
+          on_checkpoint_dropped(keys::checkpoint_shards(g_, steps_done), world);
         std::error_code ec;
         fs::remove_all(
             runtime::staging_dir(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done)),
@@ -716,13 +724,16 @@ void Supervisor::stop(const std::string& why) {
 void Supervisor::poll_save() {
   if (counter(*store_, keys::num_final(g_)) == static_cast<int64_t>(save_writers_.size())) {
     if (on_checkpoint) {
-      outcome_.checkpoint = on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_);
+      outcome_.checkpoint = on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_,
+                                          keys::final_shards(g_));
     }
     phase_ = Phase::kDone;
     return;
   }
   if (clock_.now_ms() > save_deadline_ms_) {
     outcome_.message += "; the survivors did not write the checkpoint in time";
+    if (on_checkpoint_dropped)
+      on_checkpoint_dropped(keys::final_shards(g_), static_cast<int>(save_writers_.size()));
     phase_ = Phase::kDone;
   }
 }
@@ -732,7 +743,7 @@ void Supervisor::poll_finish() {
   const double now = clock_.now_ms();
   for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
     if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
-      if (on_checkpoint) on_checkpoint(*it, world, run_);
+      if (on_checkpoint) on_checkpoint(*it, world, run_, keys::checkpoint_shards(g_, *it));
       it = pending_checkpoints_.erase(it);
     } else {
       ++it;

@@ -58,6 +58,9 @@ class Nodes {
   virtual std::vector<std::pair<int, int>> poll() = 0;
   // Lost nodes whose agent came back by itself (remote agents register again): start() them.
   virtual std::vector<int> arrived() { return {}; }
+  // The node's agent's own start-up (exec and loading LibTorch, as its workers must do), when
+  // the agent measured it; 0 when the coordinator times the start itself (local agents).
+  virtual double launch_ms(int /*node*/) const { return 0; }
 };
 
 struct StepRecord {
@@ -83,6 +86,7 @@ struct Event {
   std::string old_plan, new_plan;
   double detect_ms = 0, quiesce_ms = 0, plan_ms = 0, regroup_ms = 0, transfer_ms = 0, replay_ms = 0,
          recovery_ms = 0;
+  int64_t transfer_bytes = 0;  // recovered: layer state the new generation's ranks received
 };
 
 struct SupervisorOptions {
@@ -138,8 +142,12 @@ class Supervisor {
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const Event&)> on_event;
   std::function<void(const RunPlan&)> on_plan;
-  // A checkpoint's shards are all written (step = steps done): merge them.
-  std::function<std::string(int steps_done, int shards, const RunPlan&)> on_checkpoint;
+  // A checkpoint's shards are all uploaded under `prefix` (shard_store.h; steps_done = the
+  // checkpoint's step): write, merge and publish them; returns the sidecar.
+  std::function<std::string(int steps_done, int shards, const RunPlan&, const std::string& prefix)>
+      on_checkpoint;
+  // A checkpoint that will not complete (a writer was lost): erase what its writers uploaded.
+  std::function<void(const std::string& prefix, int shards)> on_checkpoint_dropped;
 
  private:
   enum class Phase { kRun, kQuiesce, kFinish, kSave, kDone };
@@ -151,6 +159,7 @@ class Supervisor {
     bool joining = false;  // started again, waiting for its workers to be up
     double started_ms = 0;   // when its agent was (re)started
     double agent_up_ms = 0;  // when that agent's first heartbeat was seen; 0 = not yet
+    double launch_ms = 0;    // the agent's own measure of its start-up (Nodes::launch_ms)
   };
   struct Beat {
     int64_t count = -1;

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
+#include "elastic/shard_store.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
 #include "runtime/layout.h"
@@ -68,6 +69,35 @@ std::string await(c10d::Store& store, const std::string& key, const std::string&
         fmt::format("no {} from the coordinator ('{}'): {}", what, key,
                     std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
   }
+}
+
+// A store call the run cannot go on without (uploading a checkpoint shard, reading the resume
+// state): a store error means the coordinator is gone, CoordinatorLost; the worker's own errors
+// (bad input, a bug) pass through.
+template <class Fn>
+auto over_store(const std::string& what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const InternalError&) {
+    throw;
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CoordinatorLost(fmt::format(
+        "cannot {} through the coordinator's store: {}", what,
+        std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+  }
+}
+
+// Uploads this rank's shard of a checkpoint (shard_store.h); the coordinator writes it.
+void upload_shard(c10d::Store& store, const std::string& prefix, int shard,
+                  const runtime::NamedTensors& parameters,
+                  const runtime::NamedTensors& optimizer_state) {
+  over_store("upload checkpoint shard " + std::to_string(shard), [&] {
+    return put_shard(store, prefix, shard, parameters, optimizer_state);
+  });
 }
 
 // Bumps a heartbeat counter every `period` on its own store connection, so the coordinator sees a
@@ -167,7 +197,7 @@ using Pieces = std::map<int, std::vector<std::pair<int64_t, runtime::LayerState>
 // to worker, and the range [begin, end) of the layer's flat parameters; a whole layer when the
 // range is absent). Every copy is posted at once; copy i uses tags 2i and 2i + 1.
 double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::json& copies,
-                      const std::vector<int>& workers, Pieces& received) {
+                      const std::vector<int>& workers, Pieces& received, int64_t& bytes_in) {
   const auto t0 = Clock::now();
   auto rank_of = [&](int worker) {
     auto it = std::find(workers.begin(), workers.end(), worker);
@@ -215,6 +245,8 @@ double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::js
   }
   for (auto& s : sends) s->wait();
   for (auto& in : incoming) {
+    bytes_in += static_cast<int64_t>(in.flat.numel() * in.flat.element_size() +
+                                     in.step.numel() * in.step.element_size());
     received[in.layer].emplace_back(in.begin,
                                     runtime::LayerState{in.flat, in.step.item<int64_t>()});
   }
@@ -325,11 +357,12 @@ void run_generation(Context& cx, int g) {
     if (layout.world_size() > 1)
       world = factory(fmt::format("g{}/world", g), rank, layout.world_size());
     double transfer_ms = 0;
+    int64_t transfer_bytes = 0;
     const auto& copies = start.at("copies");
     Pieces received;
     if (!copies.empty()) {
       BW_CHECK(world, "state transfer in a world of one rank");
-      transfer_ms = transfer_state(cx, *world, copies, workers, received);
+      transfer_ms = transfer_state(cx, *world, copies, workers, received, transfer_bytes);
     } else if (g > 0) {
       cx.injector->at(first_step, "state_transfer");
     }
@@ -348,11 +381,18 @@ void run_generation(Context& cx, int g) {
     const double regroup_ms = ms_since(t0) - transfer_ms;
     const std::string resume = start.at("resume");
     if (!resume.empty()) {
-      auto ckpt = runtime::load_checkpoint(resume);
-      worker.load_state(ckpt.weights, &ckpt.optimizer);
+      // The coordinator read train.resume from its own disk and published it per layer: no
+      // worker needs the checkpoint's path on its host.
+      std::map<std::string, torch::Tensor> weights, optimizer;
+      over_store("read the resume state of " + resume,
+                 [&] { get_resume(*cx.store, mine, weights, optimizer); });
+      worker.load_state(weights, &optimizer);
     }
     set_string(*cx.store, keys::joined(g, rank),
-               nlohmann::json{{"regroup_ms", regroup_ms}, {"transfer_ms", transfer_ms}}.dump());
+               nlohmann::json{{"regroup_ms", regroup_ms},
+                              {"transfer_ms", transfer_ms},
+                              {"transfer_bytes", transfer_bytes}}
+                   .dump());
     auto release = [&] {
       auto ts = worker.release_transports();
       for (auto& t : ts) transports.push_back(std::move(t));
@@ -381,14 +421,21 @@ void run_generation(Context& cx, int g) {
           state.keep_only(mine);
         }
         if (runtime::checkpoint_due(cx.config.train, step)) {
-          runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, step + 1));
+          // In this order on every rank: both gather over sharded stages.
+          const auto parameters = worker.owned_parameters();
+          const auto optimizer_state = worker.owned_optimizer_state();
+          upload_shard(*cx.store, keys::checkpoint_shards(g, step + 1), rank, parameters,
+                       optimizer_state);
           cx.store->add(keys::num_saved(g, step), 1);
         }
         if (decision == "last") break;
       }
       if (state.steps_done == steps) {
         if (first_step == steps) {  // a generation formed after the last commit
-          runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, steps));
+          const auto parameters = worker.owned_parameters();
+          const auto optimizer_state = worker.owned_optimizer_state();
+          upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters,
+                       optimizer_state);
           cx.store->add(keys::num_saved(g, steps - 1), 1);
         }
         set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
@@ -467,9 +514,8 @@ int run_worker_process(const WorkerArgs& args) {
         if (save.at("shards").contains(key)) {
           const auto& mine = save.at("shards").at(key);
           const auto layers = mine.at("layers").get<std::vector<int>>();
-          runtime::write_shard(save.at("dir").get<std::string>(), mine.at("shard").get<int>(),
-                               cx.state->parameters_of(layers),
-                               cx.state->optimizer_state_of(layers));
+          upload_shard(*cx.store, keys::final_shards(g), mine.at("shard").get<int>(),
+                       cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
           cx.store->add(keys::num_final(g), 1);
         }
       }

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <istream>
+#include <streambuf>
 #include <limits>
 #include <set>
 
@@ -100,14 +102,32 @@ std::string safetensors_dtype(torch::ScalarType type) {
   throw ConfigError(fmt::format("dtype {} has no safetensors equivalent", c10::toString(type)));
 }
 
-FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors,
-                            const std::map<std::string, std::string>& metadata, bool sync) {
+namespace {
+
+// A safetensors image ready to be written: the length prefix, the padded header and the tensors
+// in file order (CPU, contiguous), with the data buffer's CRC-32C.
+struct Image {
   struct Entry {
     std::string name;
-    torch::Tensor data;  // CPU, contiguous
+    torch::Tensor data;
     int64_t elem_bytes;
   };
   std::vector<Entry> entries;
+  unsigned char len[8];
+  std::string text;
+  int64_t data_bytes = 0;
+  uint32_t data_crc = 0;
+  FileDigest digest() const {
+    // The whole file's CRC from its parts: no second pass over the data.
+    const uint32_t head_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());
+    return {static_cast<int64_t>(8 + text.size()) + data_bytes,
+            crc32c_combine(head_crc, data_crc, static_cast<size_t>(data_bytes))};
+  }
+};
+
+Image make_image(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+  Image image;
+  auto& entries = image.entries;
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
     BW_CHECK(!name.empty() && name != "__metadata__", "invalid tensor name '{}'", name);
@@ -117,7 +137,7 @@ FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors
     entries.push_back({name, c, static_cast<int64_t>(c.element_size())});
     safetensors_dtype(c.scalar_type());  // throws for an unsupported dtype
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::sort(entries.begin(), entries.end(), [](const Image::Entry& a, const Image::Entry& b) {
     return a.elem_bytes != b.elem_bytes ? a.elem_bytes > b.elem_bytes : a.name < b.name;
   });
   Json header = Json::object();
@@ -134,24 +154,64 @@ FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors
   auto meta = metadata;
   meta[kDataCrcKey] = crc32c_hex(data_crc);
   header["__metadata__"] = meta;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  uint64_t n = text.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+  image.text = header.dump();
+  image.text.append((8 - image.text.size() % 8) % 8, ' ');
+  uint64_t n = image.text.size();
+  for (int i = 0; i < 8; ++i) image.len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
+  image.data_bytes = offset;
+  image.data_crc = data_crc;
+  return image;
+}
+
+// A read-only std::streambuf over bytes in memory (decode_safetensors).
+class MemoryBuffer : public std::streambuf {
+ public:
+  explicit MemoryBuffer(std::string_view bytes) {
+    char* p = const_cast<char*>(bytes.data());
+    setg(p, p, p + bytes.size());
+  }
+};
+
+SafetensorsFile read_safetensors(std::istream& in, int64_t file_bytes, const std::string& path);
+
+}  // namespace
+
+FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors,
+                            const std::map<std::string, std::string>& metadata, bool sync) {
+  const Image image = make_image(tensors, metadata);
+  const auto& entries = image.entries;
   write_atomically(path, sync, [&](io::FileWriter& out) {
-    out.write(len, 8);
-    out.write(text.data(), text.size());
+    out.write(image.len, 8);
+    out.write(image.text.data(), image.text.size());
     for (size_t i = 0; i < entries.size(); ++i) {
       const auto& e = entries[i];
       out.write(e.data.data_ptr(), static_cast<size_t>(e.data.numel() * e.elem_bytes));
       if (i == entries.size() / 2) fault_point("file:half");
     }
   });
-  // The whole file's CRC from its parts: no second pass over the data.
-  const uint32_t head_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());
-  return {static_cast<int64_t>(8 + text.size()) + offset,
-          crc32c_combine(head_crc, data_crc, static_cast<size_t>(offset))};
+  return image.digest();
+}
+
+std::string encode_safetensors(const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata,
+                               FileDigest* digest) {
+  const Image image = make_image(tensors, metadata);
+  std::string out;
+  out.reserve(8 + image.text.size() + static_cast<size_t>(image.data_bytes));
+  out.append(reinterpret_cast<const char*>(image.len), 8);
+  out.append(image.text);
+  for (const auto& e : image.entries) {
+    out.append(static_cast<const char*>(e.data.data_ptr()),
+               static_cast<size_t>(e.data.numel() * e.elem_bytes));
+  }
+  if (digest) *digest = image.digest();
+  return out;
+}
+
+SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name) {
+  MemoryBuffer buffer(bytes);
+  std::istream in(&buffer);
+  return read_safetensors(in, static_cast<int64_t>(bytes.size()), name);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
@@ -159,6 +219,12 @@ SafetensorsFile load_safetensors(const std::string& path) {
       io::require_regular_file(path, std::numeric_limits<int64_t>::max(), "checkpoint file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("cannot open checkpoint file '{}'", path));
+  return read_safetensors(in, file_bytes, path);
+}
+
+namespace {
+
+SafetensorsFile read_safetensors(std::istream& in, int64_t file_bytes, const std::string& path) {
   if (file_bytes < 8)
     corrupt(path, fmt::format("{} bytes, fewer than the 8-byte header length", file_bytes));
   unsigned char len[8];
@@ -272,6 +338,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
                    crc32c_combine(head_crc, data_crc, static_cast<size_t>(data_bytes))};
   return result;
 }
+
+}  // namespace
 
 void write_sidecar(const std::string& path, const CheckpointInfo& info) {
   Json files = Json::object();

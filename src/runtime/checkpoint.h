@@ -32,6 +32,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,15 @@ struct SafetensorsFile {
   FileDigest digest;  // of the whole file as read
 };
 SafetensorsFile load_safetensors(const std::string& path);
+
+// The same format in memory, for shards and resume state that travel over the network instead
+// of a shared filesystem: encode returns exactly the bytes save_safetensors would write (and
+// their digest in `*digest`); decode runs every check of load_safetensors on `bytes`, with
+// `name` standing for the path in messages.
+std::string encode_safetensors(const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata = {},
+                               FileDigest* digest = nullptr);
+SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name);
 
 struct CheckpointInfo {
   int64_t step = 0;         // steps completed: the run resumes at this step

@@ -62,6 +62,32 @@ std::string corpus() {
   return p;
 }
 
+// Where every run's out_dir lies. Each agent sees an empty private directory of its own there (a
+// tmpfs in its own mount namespace, shared by its workers), so no host shares the coordinator's
+// out_dir or a checkpoint to resume from: a worker that wrote a shard under train.out_dir, or
+// read train.resume from its path, would fail the run. The corpus lies outside, on "every host".
+std::string runs() {
+  static const std::string d = [] {
+    auto p = (fs::path(dir()) / "runs").string();
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+// The shell line that gives a process its private runs() (argument $0) before it execs "$@";
+// `setup` runs in between (e.g. a bind mount over the corpus).
+std::string private_line(const std::string& setup = "") {
+  return "mount -t tmpfs bw-private \"$0\" && cd \"$0\" && " +
+         (setup.empty() ? std::string() : setup + " && ") + "exec \"$@\"";
+}
+std::vector<std::string> with_private_dir(const std::vector<std::string>& command,
+                                          const std::string& setup = "") {
+  std::vector<std::string> out = {"unshare", "-m", "sh", "-c", private_line(setup), runs()};
+  out.insert(out.end(), command.begin(), command.end());
+  return out;
+}
+
 std::vector<std::string> config_args(int nodes, int steps, const std::string& out_dir,
                                      const std::string& model = "tiny") {
   return {fmt::format("--cluster.nodes={}", nodes),
@@ -127,14 +153,18 @@ const std::string& reference(int nodes, int steps, const std::string& model = "t
   return out;
 }
 
-void expect_same_run(const std::string& got_dir, const std::string& want_dir, int steps) {
+// `got_dir`'s run (which may have resumed at `first_step`) against the failure-free run in
+// `want_dir`: the same samples and losses at every step it ran, and the final state.
+void expect_same_run(const std::string& got_dir, const std::string& want_dir, int steps,
+                     int first_step = 0) {
   const auto got = read_metrics(got_dir), want = read_metrics(want_dir);
-  ASSERT_EQ(got.steps.size(), want.steps.size());
-  for (size_t i = 0; i < want.steps.size(); ++i) {
-    EXPECT_EQ(got.steps[i].at("step"), want.steps[i].at("step"));
-    EXPECT_EQ(got.steps[i].at("samples"), want.steps[i].at("samples")) << "step " << i;
-    const double lw = want.steps[i].at("loss"), lg = got.steps[i].at("loss");
-    EXPECT_NEAR(lg, lw, 1e-5 * std::abs(lw)) << "step " << i;
+  ASSERT_EQ(got.steps.size(), want.steps.size() - first_step);
+  for (size_t i = 0; i < got.steps.size(); ++i) {
+    const auto& w = want.steps[i + first_step];
+    EXPECT_EQ(got.steps[i].at("step"), w.at("step"));
+    EXPECT_EQ(got.steps[i].at("samples"), w.at("samples")) << "step " << i + first_step;
+    const double lw = w.at("loss"), lg = got.steps[i].at("loss");
+    EXPECT_NEAR(lg, lw, 1e-5 * std::abs(lw)) << "step " << i + first_step;
   }
   const auto a = runtime::load_checkpoint(runtime::checkpoint_dir(got_dir, steps));
   const auto b = runtime::load_checkpoint(runtime::checkpoint_dir(want_dir, steps));
@@ -164,7 +194,7 @@ struct Cluster {
   std::vector<std::unique_ptr<NsProcess>> agents;
 
   Cluster(int agents_n, const std::string& name) : hosts(agents_n + 1) {
-    out_dir = (fs::path(dir()) / name).string();
+    out_dir = (fs::path(runs()) / name).string();
   }
   std::string listen() const { return fmt::format("{}:{}", hosts.address(0), kPort); }
   std::string log(const std::string& who) const { return out_dir + "." + who + ".log"; }
@@ -178,13 +208,16 @@ struct Cluster {
         hosts.host(0), args, log("coordinator"),
         std::vector<std::pair<std::string, std::string>>{{"BW_RUN_TOKEN", kToken}});
   }
-  NsProcess& start_agent(int host, const std::string& token, bool with_token = true) {
+  // An agent (and its workers) with a private runs() directory; `setup` as for private_line.
+  NsProcess& start_agent(int host, const std::string& token, bool with_token = true,
+                         const std::string& setup = "") {
     std::vector<std::pair<std::string, std::string>> env;
     if (with_token) env.emplace_back("BW_RUN_TOKEN", token);
     agents.push_back(std::make_unique<NsProcess>(
         hosts.host(host),
-        std::vector<std::string>{BW_BINARY, "agent", "--coordinator", listen(), "--node-name",
-                                 fmt::format("host{}", host), "--wait-s", "30", "--log-level=info"},
+        with_private_dir({BW_BINARY, "agent", "--coordinator", listen(), "--node-name",
+                          fmt::format("host{}", host), "--wait-s", "30", "--log-level=info"},
+                         setup),
         log(fmt::format("agent{}", agents.size())), env));
     return *agents.back();
   }
@@ -383,10 +416,25 @@ int processes_in(const std::string& netns) { return static_cast<int>(pids_in(net
 
 // `breakwater launch` with `ip netns exec` as its remote shell: the same hostfile handling, token
 // hand-over and shutdown as over ssh, where the test needs no sshd (none is installed here).
+// A remote shell for `launch --ssh`: `private-shell HOST CMD...` runs CMD in namespace HOST
+// with a private runs() directory, as a host without a shared filesystem.
+std::string private_shell() {
+  static const std::string path = [] {
+    const auto p = (fs::path(dir()) / "private-shell").string();
+    std::ofstream out(p);
+    out << "#!/bin/sh\nhost=$1; shift\nexec ip netns exec \"$host\" unshare -m sh -c '"
+        << private_line() << "' '" << runs() << "' \"$@\"\n";
+    out.close();
+    fs::permissions(p, fs::perms::owner_all);
+    return p;
+  }();
+  return path;
+}
+
 struct Launch {
   Cluster c;
   std::string hostfile;
-  Launch(const std::string& name, int steps, const std::string& ssh = "ip netns exec")
+  Launch(const std::string& name, int steps, const std::string& ssh = private_shell())
       : c(4, name) {
     hostfile = c.out_dir + ".hosts";
     std::ofstream out(hostfile);
@@ -451,14 +499,16 @@ TEST(Launch, CtrlCStopsTheRunAndEveryAgent) {
   EXPECT_TRUE(l.agents_gone(15)) << "agents outlived the launcher" << l.c.logs();
   const int steps = static_cast<int>(read_metrics(l.c.out_dir).steps.size());
   EXPECT_LT(steps, 3000);
-  EXPECT_TRUE(fs::exists(runtime::checkpoint_dir(l.c.out_dir, steps))) << l.c.logs();
+  // The stop checkpoint reached the launcher's out_dir from hosts that do not share it, whole.
+  const auto ckpt = runtime::load_checkpoint(runtime::checkpoint_dir(l.c.out_dir, steps));
+  EXPECT_EQ(ckpt.info.step, steps) << l.c.logs();
 }
 
 TEST(Launch, AKilledLauncherTakesEveryAgentWithIt) {
   SKIP_WITHOUT_NETNS();
   // As over ssh, the agent is not the launcher's child: `setsid -w` forks it off, so it does not
   // die with the launcher's child (which gets SIGTERM), only through its closed input.
-  Launch l("launch_killed", 3000, "setsid -w ip netns exec");
+  Launch l("launch_killed", 3000, "setsid -w " + private_shell());
   ASSERT_TRUE(l.c.hosts.ok());
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_metrics(l.c.out_dir).steps.size() < 2 && !l.c.coordinator->poll() &&
@@ -471,6 +521,175 @@ TEST(Launch, AKilledLauncherTakesEveryAgentWithIt) {
   ::kill(l.c.coordinator->pid(), SIGKILL);
   l.c.coordinator->wait(10);
   EXPECT_TRUE(l.agents_gone(15)) << "agents outlived a killed launcher" << l.c.logs();
+}
+
+// Checkpoints without a shared filesystem, and resuming both ways: a one-host run X (checkpoints
+// at steps 3 and 6) is the failure-free reference. A 4-host run A, whose hosts each see only a
+// private out_dir, must write the same checkpoints into the coordinator's out_dir; a one-host run
+// resumed from A's step 3 and a 4-host run resumed from X's step 3 (a path no agent can see) must
+// both end where X ends.
+TEST(Checkpoints, NeedNoSharedFilesystemAndResumeBothWays) {
+  SKIP_WITHOUT_NETNS();
+  const int steps = 6;
+  // (Detection is not under test here: a generous heartbeat timeout keeps a loaded machine's
+  // slow start-ups from counting as losses.)
+  const std::vector<std::string> every3 = {"--train.checkpoint_every=3",
+                                           "--elastic.heartbeat_timeout_s=5"};
+  auto one_host = [&](const std::string& name, std::vector<std::string> extra) {
+    const auto out = (fs::path(runs()) / name).string();
+    std::vector<std::string> args = {"train", "--quiet"};
+    for (auto& a : config_args(4, steps, out)) args.push_back(a);
+    for (auto& a : every3) args.push_back(a);
+    for (auto& a : extra) args.push_back(a);
+    const auto r = testing::run_cli(args, out + ".log", kDeadlineS);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return out;
+  };
+  const auto x = one_host("ckpt_one_host", {});
+  ASSERT_TRUE(fs::exists(runtime::checkpoint_dir(x, 3)));
+
+  std::string a_out;
+  {  // (one set of hosts at a time: they share the process's subnet)
+    Cluster a(4, "ckpt_four_hosts");
+    ASSERT_TRUE(a.hosts.ok());
+    a_out = a.out_dir;
+    a.start_coordinator(4, steps, every3);
+    for (int h = 1; h <= 4; ++h) a.start_agent(h, kToken);
+    ASSERT_EQ(a.coordinator->wait(kDeadlineS), 0) << a.logs();
+    for (auto& p : a.agents) EXPECT_EQ(p->wait(20), 0) << a.logs();
+  }
+  expect_same_run(a_out, x, steps);
+  const auto a3 = runtime::load_checkpoint(runtime::checkpoint_dir(a_out, 3));
+  const auto x3 = runtime::load_checkpoint(runtime::checkpoint_dir(x, 3));
+  EXPECT_EQ(a3.weights.size(), x3.weights.size());
+  EXPECT_EQ(a3.optimizer.size(), x3.optimizer.size());
+
+  // Multi-host checkpoint -> one host.
+  const auto y = one_host("ckpt_resumed_one_host",
+                          {"--train.resume=" + runtime::checkpoint_dir(a_out, 3)});
+  expect_same_run(y, x, steps, 3);
+
+  // One-host checkpoint -> multi-host, from a path only the coordinator can read.
+  Cluster b(4, "ckpt_resumed_four_hosts");
+  ASSERT_TRUE(b.hosts.ok());
+  auto resume_b = every3;
+  resume_b.push_back("--train.resume=" + runtime::checkpoint_dir(x, 3));
+  b.start_coordinator(4, steps, resume_b);
+  for (int h = 1; h <= 4; ++h) b.start_agent(h, kToken);
+  ASSERT_EQ(b.coordinator->wait(kDeadlineS), 0) << b.logs();
+  for (auto& p : b.agents) EXPECT_EQ(p->wait(20), 0) << b.logs();
+  expect_same_run(b.out_dir, x, steps, 3);
+}
+
+// The corpus is read on every host: a host whose copy differs, or that has none, is refused at
+// registration (exit status 2) with the reason, before any step.
+TEST(Data, ADifferentOrMissingCorpusIsRefusedAtRegistration) {
+  SKIP_WITHOUT_NETNS();
+  const auto other = (fs::path(dir()) / "other-corpus.txt").string();
+  {
+    std::ofstream out(other);
+    for (int i = 0; i < 30000; ++i) out << static_cast<char>('a' + (i * 7) % 26);
+  }
+  Cluster c(3, "corpus");
+  ASSERT_TRUE(c.hosts.ok());
+  c.start_coordinator(2, 2, {"--expect-names", "host1,host2"}, /*wait_s=*/4);
+  auto& good = c.start_agent(1, kToken);
+  auto& differs = c.start_agent(2, kToken, true, fmt::format("mount --bind {} {}", other, corpus()));
+  auto& missing = c.start_agent(3, kToken, true, fmt::format("mount --bind /dev/null {}", corpus()));
+  EXPECT_EQ(differs.wait(30), 2) << c.logs();
+  EXPECT_EQ(missing.wait(30), 2) << c.logs();
+  EXPECT_EQ(c.coordinator->wait(30), 3) << c.logs();
+  EXPECT_GE(good.wait(30), 0);
+  const auto log = read_text(c.log("coordinator"));
+  EXPECT_NE(log.find("refused agent 'host2'"), std::string::npos) << log;
+  EXPECT_NE(log.find("every host needs the same corpus at data.path"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused agent 'host3'"), std::string::npos) << log;
+  EXPECT_NE(log.find("cannot read the corpus"), std::string::npos) << log;
+  EXPECT_NE(read_text(c.log("agent1")).find("same corpus"), std::string::npos) << c.logs();
+}
+
+// `breakwater launch` over a real sshd: one sshd per host namespace (its own host key, an
+// authorized key made for the test, a temporary sshd_config, port 2222), a hostfile of the hosts'
+// addresses, and ssh as the remote shell. The agents run in the sshd's private mount namespace.
+TEST(Launch, OverARealSshdMatchesTheOneHostRun) {
+  SKIP_WITHOUT_NETNS();
+  const std::string sshd = "/usr/sbin/sshd";
+  if (!fs::exists(sshd) || testing::shell("command -v ssh ssh-keygen") != 0) {
+    GTEST_SKIP() << "skipped: sshd or ssh is not installed (apt-get install openssh-server "
+                    "openssh-client; scripts/setup.sh does)";
+  }
+  const int hosts_n = 2, steps = 6, port = 2222;
+  const auto& want = reference(hosts_n, steps);
+  Cluster c(hosts_n, "launch_ssh");
+  ASSERT_TRUE(c.hosts.ok());
+  const auto keys = (fs::path(dir()) / "ssh").string();
+  fs::create_directories(keys);
+  const auto host_key = keys + "/host_ed25519", user_key = keys + "/user_ed25519";
+  for (const auto& k : {host_key, user_key}) {
+    fs::remove(k);
+    fs::remove(k + ".pub");
+    ASSERT_EQ(testing::shell(fmt::format("ssh-keygen -q -t ed25519 -N '' -f {}", k)), 0);
+  }
+  fs::copy_file(user_key + ".pub", keys + "/authorized_keys",
+                fs::copy_options::overwrite_existing);
+  testing::shell("mkdir -p /run/sshd");  // privilege separation directory (the package's init)
+  std::vector<std::unique_ptr<NsProcess>> daemons;
+  for (int h = 1; h <= hosts_n; ++h) {
+    const auto config = fmt::format("{}/sshd_config.{}", keys, h);
+    std::ofstream(config) << fmt::format(
+        "ListenAddress {}\nPort {}\nHostKey {}\nAuthorizedKeysFile {}/authorized_keys\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication "
+        "no\nUsePAM no\nStrictModes no\nPidFile {}/sshd.{}.pid\nLogLevel INFO\n",
+        c.hosts.address(h), port, host_key, keys, keys, h);
+    daemons.push_back(std::make_unique<NsProcess>(
+        c.hosts.host(h), with_private_dir({sshd, "-D", "-e", "-f", config}),
+        c.log(fmt::format("sshd{}", h))));
+  }
+  // Until each sshd answers (a deadline, then the daemon's log says why).
+  for (int h = 1; h <= hosts_n; ++h) {
+    bool up = false;
+    for (int i = 0; i < 100 && !up; ++i) {
+      up = testing::shell(fmt::format("ip netns exec {} timeout 2 bash -c 'exec 3<>/dev/tcp/{}/{}'",
+                                      c.hosts.host(0), c.hosts.address(h), port)) == 0;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(up) << read_text(c.log(fmt::format("sshd{}", h)));
+  }
+  const auto hostfile = c.out_dir + ".hosts";
+  {
+    std::ofstream out(hostfile);
+    for (int h = 1; h <= hosts_n; ++h) out << c.hosts.address(h) << " slots=1\n";
+  }
+  const auto ssh = fmt::format(
+      "ssh -p {} -i {} -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+      "-o LogLevel=ERROR",
+      port, user_key);
+  std::vector<std::string> args = {BW_BINARY,  "launch", "--quiet", "--log-level=info",
+                                   "--hostfile", hostfile, "--listen", c.listen(),
+                                   "--ssh",      ssh,      "--remote-binary", BW_BINARY,
+                                   "--wait-s",   "60"};
+  for (auto& a : config_args(hosts_n, steps, c.out_dir)) args.push_back(a);
+  args.push_back("--elastic.heartbeat_timeout_s=5");  // as above: detection is not under test
+  c.coordinator = std::make_unique<NsProcess>(
+      c.hosts.host(0), args, c.log("coordinator"),
+      std::vector<std::pair<std::string, std::string>>{{"BW_RUN_TOKEN", kToken}});
+  auto daemon_logs = [&] {
+    std::string out = c.logs();
+    for (int h = 1; h <= hosts_n; ++h) out += read_text(c.log(fmt::format("sshd{}", h)));
+    return out;
+  };
+  ASSERT_EQ(c.coordinator->wait(kDeadlineS), 0) << daemon_logs();
+  const auto log = read_text(c.log("coordinator"));
+  for (int h = 1; h <= hosts_n; ++h) {
+    // Each agent came in over its host's sshd, from that host's address.
+    EXPECT_NE(log.find(fmt::format("'{}' ({})", c.hosts.address(h), c.hosts.address(h))),
+              std::string::npos)
+        << log;
+    EXPECT_NE(read_text(c.log(fmt::format("sshd{}", h))).find("Accepted publickey"),
+              std::string::npos)
+        << daemon_logs();
+  }
+  expect_same_run(c.out_dir, want, steps);
 }
 
 }  // namespace

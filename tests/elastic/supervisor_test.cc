@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 #include <set>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -27,6 +29,11 @@ class FakeNodes final : public Nodes {
   void start(int node, int incarnation) override { started.push_back({node, incarnation}); }
   void kill(int node) override { killed.insert(node); }
   std::vector<std::pair<int, int>> poll() override { return std::exchange(exits, {}); }
+  double launch_ms(int node) const override {
+    auto it = launch.find(node);
+    return it == launch.end() ? 0 : it->second;
+  }
+  std::map<int, double> launch;  // agents' own start-up measures (remote agents report them)
   std::vector<std::pair<int, int>> started;
   std::set<int> killed;
   std::vector<std::pair<int, int>> exits;
@@ -233,6 +240,34 @@ TEST(Supervisor, StaleHeartbeatTakesTheNodeOut) {
   EXPECT_EQ(h.events[0].nodes, std::vector<int>{2});
   EXPECT_NE(h.events[0].cause.find("no heartbeat"), std::string::npos) << h.events[0].cause;
   EXPECT_TRUE(h.nodes.killed.count(2));
+}
+
+// A remote agent's start-up cannot be timed by the coordinator (someone else started it, long
+// ago): the agent's own measure sets its workers' first-heartbeat grace, so slow-loading workers
+// on a loaded host are not taken for hung ones; without it they are.
+TEST(Supervisor, AnAgentsReportedStartUpExtendsItsWorkersFirstHeartbeatGrace) {
+  for (const double reported_ms : {0.0, 2000.0}) {
+    Harness h(4);
+    h.nodes.launch[1] = reported_ms;
+    h.tick();  // baseline readings
+    for (int i = 0; i < 17; ++i) {  // 2.55 s: agents beat, node 1's worker is still loading
+      for (int n = 0; n < 4; ++n) {
+        h.store->add(keys::node_heartbeat(n), 1);
+        if (n != 1) h.store->add(keys::worker_heartbeat(n), 1);
+      }
+      h.clock.t += 150;
+      h.sup->tick();
+    }
+    if (reported_ms == 0) {
+      ASSERT_EQ(h.events.size(), 1u);
+      EXPECT_EQ(h.events[0].nodes, std::vector<int>{1});
+      EXPECT_NE(h.events[0].cause.find("no first heartbeat"), std::string::npos)
+          << h.events[0].cause;
+    } else {
+      // 1 s + twice 2 s: still within the grace.
+      EXPECT_TRUE(h.events.empty()) << h.events[0].cause;
+    }
+  }
 }
 
 TEST(Supervisor, SurvivorThatDoesNotStopIsTakenOutAfterTheGrace) {

@@ -243,5 +243,33 @@ TEST(Sidecar, RoundTripsAndRejectsForeignFiles) {
   EXPECT_NE(error_of([&] { read_sidecar(other); }).find("next_sample"), std::string::npos);
 }
 
+// In memory (shards and resume state over the network): the bytes are those of the file, and
+// decoding runs the file reader's checks.
+TEST(SafetensorsMemory, EncodeIsTheFileAndDecodeChecksItsBytes) {
+  const NamedTensors tensors = {{"layers.0.w", torch::randn({3, 5})},
+                                {"layers.0.step", torch::tensor(int64_t{7})},
+                                {"layers.1.b", torch::arange(10, torch::kInt32)}};
+  const auto path = temp_path("memory.safetensors");
+  const FileDigest on_disk = save_safetensors(path, tensors, {{"step", "4"}}, false);
+  FileDigest in_memory;
+  const std::string bytes = encode_safetensors(tensors, {{"step", "4"}}, &in_memory);
+  EXPECT_EQ(bytes, read_bytes(path));
+  EXPECT_EQ(in_memory, on_disk);
+  const auto file = decode_safetensors(bytes, "memory");
+  ASSERT_EQ(file.tensors.size(), tensors.size());
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(file.tensors.at(name), t)) << name;
+  EXPECT_EQ(file.metadata.at("step"), "4");
+  EXPECT_EQ(file.digest, on_disk);
+  // A flipped data byte and a truncation are found, as in a file.
+  std::string damaged = bytes;
+  damaged[damaged.size() - 3] ^= 0x10;
+  EXPECT_NE(error_of([&] { decode_safetensors(damaged, "shard 2"); }).find("'shard 2'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_safetensors(damaged, "x"); }).find("CRC-32C"), std::string::npos);
+  EXPECT_NE(error_of([&] { decode_safetensors(bytes.substr(0, bytes.size() - 8), "x"); })
+                .find("truncated or corrupt"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bw::runtime
