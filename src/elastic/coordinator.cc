@@ -61,7 +61,9 @@ extern "C" void on_stop_signal(int) {
 // measured start-up, times the processes per core that load at once: local agents all start
 // together, and the workers of the first ones up load while the last agents still do (loading
 // is CPU-bound). A remote agent has started before it registers; counted from its accepted
-// registration it only forks its workers, so twice the same measure is ample. Agents started
+// registration it only forks its workers, so twice the same measure (times its workers per core,
+// taking this host's cores as the measure) is ample; its workers, which load after that, get
+// this allowance as their start-up. Agents started
 // later (a node re-joining) get at least twice the longest start-up the supervisor has measured
 // in this run (supervisor.h).
 void agent_startup(SupervisorOptions& so, bool remote, int nodes, int devices_per_node) {
@@ -70,17 +72,20 @@ void agent_startup(SupervisorOptions& so, bool remote, int nodes, int devices_pe
   if (!std::isfinite(own_ms)) {  // not started through breakwater's main(): the old bound
     so.agent_startup_ms = std::max(so.step_timeout_ms, 60000.0);
     so.agent_startup_basis = "no measured start-up: max(elastic.step_timeout_s, 60 s)";
+    so.worker_startup_floor_ms = 2000;
     return;
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int loading = nodes * (1 + devices_per_node);
-  const double per_core = remote ? 1.0 : std::max(1.0, static_cast<double>(loading) / cores);
+  const int loading = remote ? devices_per_node : nodes * (1 + devices_per_node);
+  const double per_core = std::max(1.0, static_cast<double>(loading) / cores);
   so.agent_startup_ms = 2 * own_ms * per_core;
+  // Workers load as their agent did; remote agents were measured from their registration, after
+  // they had loaded, so their workers get the agent's allowance as their start-up.
+  so.worker_startup_floor_ms = remote ? so.agent_startup_ms : own_ms * per_core;
   so.agent_startup_basis =
       per_core > 1 ? fmt::format("twice the coordinator's own start-up of {:.2f} s times {:.1f} "
-                                 "processes loading at once per core ({} agents and their "
-                                 "workers on {} cores)",
-                                 own_ms / 1000, per_core, nodes, cores)
+                                 "processes loading at once per core ({} on {} cores)",
+                                 own_ms / 1000, per_core, loading, cores)
                    : fmt::format("twice the coordinator's own start-up of {:.2f} s", own_ms / 1000);
 }
 

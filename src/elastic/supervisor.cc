@@ -115,6 +115,10 @@ void Supervisor::start_node(int node, int incarnation) {
   nodes_.start(node, incarnation);
 }
 
+double Supervisor::worker_launch_ms(const NodeState& node) const {
+  return std::max(node.agent_up_ms - node.started_ms, opt_.worker_startup_floor_ms);
+}
+
 double Supervisor::agent_startup_allowance_ms() const {
   return std::max(opt_.agent_startup_ms, 2 * longest_agent_startup_ms_);
 }
@@ -230,10 +234,11 @@ void Supervisor::detect() {
             beat.starting
                 ? fmt::format("worker {} sent no first heartbeat within {:.1f} s of its "
                               "launch (hung while starting up; allowed: "
-                              "elastic.heartbeat_timeout_s = {:.1f} s + twice its "
-                              "agent's own start-up of {:.1f} s)",
+                              "elastic.heartbeat_timeout_s = {:.1f} s + twice a start-up "
+                              "of {:.1f} s: its agent's own, or the coordinator's measure if "
+                              "longer)",
                               w, (now - st.agent_up_ms) / 1000, opt_.heartbeat_timeout_ms / 1000,
-                              (st.agent_up_ms - st.started_ms) / 1000)
+                              worker_launch_ms(st) / 1000)
                 : fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
                               "elastic.heartbeat_timeout_s)",
                               w, opt_.heartbeat_timeout_ms / 1000),
@@ -253,7 +258,7 @@ void Supervisor::detect() {
 // only the agent's own deadline applies (a node whose agent misses it is lost as a whole).
 double Supervisor::worker_startup_deadline_ms(const NodeState& node) const {
   if (node.agent_up_ms == 0) return std::numeric_limits<double>::infinity();
-  const double launch_ms = node.agent_up_ms - node.started_ms;
+  const double launch_ms = worker_launch_ms(node);
   return node.agent_up_ms + opt_.heartbeat_timeout_ms + 2 * launch_ms;
 }
 

@@ -99,6 +99,11 @@ struct SupervisorOptions {
   // measured start-up (docs/elastic.md "Start-up"); `agent_startup_basis` says how, for messages.
   double agent_startup_ms = 2000;
   std::string agent_startup_basis;
+  // Least start-up counted for a node's workers (they load LibTorch as its agent did): a worker's
+  // first beat is due heartbeat_timeout_ms + twice max(its agent's measured start-up, this)
+  // after its agent came up. A remote agent's measured start-up starts at its registration, after
+  // it loaded, and local workers load all at once after their agents.
+  double worker_startup_floor_ms = 0;
   bool agents_register = false;  // remote agents: count from the accepted registration
   double tick_sleep_ms = 3;
   // Resume position of the non-finite skips (the checkpoint's): steps skipped so far, and how
@@ -177,6 +182,7 @@ class Supervisor {
   void detect();
   // When a worker of `node` that has not sent its first heartbeat counts as hung (see detect()).
   double worker_startup_deadline_ms(const NodeState& node) const;
+  double worker_launch_ms(const NodeState& node) const;  // the start-up it is allowed twice
   // The start-up allowance of an agent (beyond the heartbeat timeout) and when its first beat is
   // due; the agent is hung while starting up after that.
   double agent_startup_allowance_ms() const;

@@ -737,7 +737,11 @@ TEST(Startup, AgentHungBeforeItsFirstHeartbeatIsFoundAndNamed) {
   const auto& lost = got.events.front();
   const auto cause = lost.at("cause").get<std::string>();
   EXPECT_NE(cause.find("the agent of node 1 sent no first heartbeat"), std::string::npos) << cause;
-  EXPECT_NE(cause.find("the coordinator's own start-up"), std::string::npos) << cause;
+  // The allowance's basis: the coordinator's start-up, or the other agents' if they came up
+  // slower (a loaded machine).
+  EXPECT_TRUE(cause.find("the coordinator's own start-up") != std::string::npos ||
+              cause.find("the longest agent start-up of this run") != std::string::npos)
+      << cause;
   EXPECT_EQ(lost.at("nodes"), std::vector<int>{1});
   // From the hang (recorded by the agent) to its detection: the timeout plus the allowance, a
   // few seconds here; far below the former grace of 480 s.
