@@ -45,9 +45,9 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches) {
 }
 
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
-                                      double state_bytes_per_param_byte) {
+                                      double state_bytes_per_param_byte, PlanWork* work) {
   auto shared_model = std::make_shared<const CostModel>(profile, cluster, CostOptions{});
-  return [profile, cluster, state_bytes_per_param_byte, shared_model](
+  return [profile, cluster, state_bytes_per_param_byte, shared_model, work](
              const Template& t, const std::string& kind) -> std::optional<ScheduleEstimate> {
     const CostModel& model = *shared_model;
     const int stages = t.num_stages();
@@ -92,9 +92,15 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
     auto run = [&](int m) -> std::optional<sim::Prediction> {
       spec.microbatches = m;
       try {
-        if (own_partition)
-          return sim::predict(spec, sim::layer_costs(layers, stage_begin, {}, link));
-        return sim::predict(spec, layers, link);
+        auto p = own_partition ? sim::predict(spec, sim::layer_costs(layers, stage_begin, {}, link))
+                               : sim::predict(spec, layers, link);
+        if (work) {
+          const int per_device = spec.kind == "hanayo"        ? 2 * spec.waves
+                                 : spec.kind == "interleaved" ? spec.chunks_per_device
+                                                              : 1;
+          work->simulated_slots += static_cast<int64_t>(stages) * per_device * m;
+        }
+        return p;
       } catch (const ConfigError&) {
         return std::nullopt;  // this kind cannot run this template (sizes)
       }
