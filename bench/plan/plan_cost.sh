@@ -33,7 +33,7 @@ for entry in "${grid[@]}"; do
   search_s=$(grep '^note: the template search' "$err" | sed -E 's/.*up to ([0-9.e+-]+) s.*/\1/')
   rest_s=$(sed -E 's/.*about ([0-9.e+-]+) s more.*/\1/' <<< "$note")
   est_s=$(awk -v a="${search_s:-0}" -v b="${rest_s:-0}" 'BEGIN {print a + b}')
-  # "for its tables" memory: the human_bytes figure, in MB.
+  # The "in all" memory: the human_bytes figure, in MB.
   est_mb=$(sed -E 's/.* more and ([0-9.]+) ([KMGT]?i?B) in all.*/\1 \2/' <<< "$note" |
     awk '{u = $2; v = $1; if (u == "KiB") v /= 1024; if (u == "GiB") v *= 1024; if (u == "B") v /= 1048576; printf "%.1f", v}')
   awk -v d=$((nodes * g)) -v n="$nodes" -v b="$b" -v e="$est_s" -v w="$wall" -v em="$est_mb" \
