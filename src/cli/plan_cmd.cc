@@ -8,6 +8,7 @@
 
 #include "cli/checks.h"
 #include "cli/registry.h"
+#include "core/file_io.h"
 #include "plan/planner.h"
 #include "plan/reconfigure.h"
 
@@ -31,7 +32,36 @@ struct PlanArgs {
   bool recompute = false;
   std::string schedules = "1f1b,interleaved,hanayo-w1,hanayo-w2";
   bool json = false;
+  bool cost = false;  // print the cost note whatever its size
 };
+
+// A huge but legal request says what it will take before the long part starts: the planner's
+// estimate of the composition and the simulated schedule choice (plan_cost.h), calibrated on the
+// 2-core development machine, on stderr when it is above 2 s or 1 GiB (or always with --cost).
+constexpr double kNoteSeconds = 2;
+constexpr double kNoteBytes = 1024.0 * 1024 * 1024;
+
+void print_cost_note(const plan::PlanCost& c, bool always) {
+  if (!always && c.seconds < kNoteSeconds && c.peak_bytes < kNoteBytes) return;
+  if (c.stage == "search") {
+    fmt::print(stderr,
+               "note: the template search may take up to {:.3g} s, twice when the planner "
+               "searches again for another microbatch count ({:.3g} transitions of its dynamic "
+               "program; its cost bounds often prune most of them); estimated at the reference "
+               "machine's speed, docs/planning.md \"Cost of planning\"\n",
+               c.seconds, c.search_transitions);
+    std::fflush(stderr);
+    return;
+  }
+  fmt::print(stderr,
+             "note: planning will take about {:.3g} s more and {} in all (composition "
+             "{:.3g} s: {:.3g} knapsack cells, {:.3g} template steps; simulated schedule choice "
+             "{:.3g} s: {:.3g} slots); estimated at the reference machine's speed, "
+             "docs/planning.md \"Cost of planning\"\n",
+             c.seconds, io::human_bytes(static_cast<int64_t>(c.peak_bytes)), c.compose_seconds,
+             c.compose_cells, c.compose_pairs, c.simulate_seconds, c.simulated_slots);
+  std::fflush(stderr);
+}
 
 std::vector<NodeId> parse_nodes(const std::string& text, int num_nodes) {
   std::vector<NodeId> out;
@@ -101,12 +131,35 @@ void print_templates(const plan::TemplateSet& set) {
 
 // Per stage of each template the plan uses: devices, sharded or not, times and memory.
 void print_plan_stages(const plan::Plan& p) {
+  // Field by field, not through JSON: a plan may have thousands of pipelines of one template.
+  auto same = [](const plan::Template& a, const plan::Template& b) {
+    if (a.num_nodes != b.num_nodes || a.schedule != b.schedule ||
+        a.microbatches != b.microbatches || a.num_stages() != b.num_stages() ||
+        a.chunks.size() != b.chunks.size() || a.peak_memory_bytes != b.peak_memory_bytes ||
+        a.estimate.fixed_ms != b.estimate.fixed_ms ||
+        a.estimate.per_microbatch_ms != b.estimate.per_microbatch_ms)
+      return false;
+    for (size_t k = 0; k < a.chunks.size(); ++k) {
+      const auto &x = a.chunks[k], &y = b.chunks[k];
+      if (x.first_layer != y.first_layer || x.num_layers != y.num_layers || x.stage != y.stage)
+        return false;
+    }
+    for (int k = 0; k < a.num_stages(); ++k) {
+      const auto &x = a.stages[k], &y = b.stages[k];
+      if (x.first_layer != y.first_layer || x.num_layers != y.num_layers ||
+          x.num_devices != y.num_devices || x.stage_ms != y.stage_ms ||
+          x.memory_bytes != y.memory_bytes || x.comm_ms != y.comm_ms ||
+          x.shard_comm_ms != y.shard_comm_ms || x.forward_ms != y.forward_ms ||
+          x.backward_ms != y.backward_ms)
+        return false;
+    }
+    return true;
+  };
   std::vector<const plan::Template*> shown;
   for (const auto& pl : p.pipelines) {
     const plan::Template& t = pl.tmpl;
     bool seen = false;
-    for (const auto* s : shown)
-      seen = seen || (s->num_nodes == t.num_nodes && plan::to_json(*s) == plan::to_json(t));
+    for (const auto* s : shown) seen = seen || same(*s, t);
     if (seen) continue;
     shown.push_back(&t);
     fmt::print(
@@ -192,6 +245,7 @@ void run(const PlanArgs& a) {
   opt.recompute = a.recompute;
   if (a.template_microbatches > 0) opt.template_microbatches = a.template_microbatches;
   opt.threads = a.threads;
+  opt.on_cost = [always = a.cost](const plan::PlanCost& c) { print_cost_note(c, always); };
   if (a.schedules != "closed-form") {
     std::stringstream ss(a.schedules);
     std::string kind;
@@ -274,6 +328,9 @@ void add(CLI::App& app) {
                   "1F1B model only")
       ->capture_default_str();
   sub->add_flag("--json", args->json, "print JSON instead of tables");
+  sub->add_flag("--cost", args->cost,
+                "print the estimated time and memory of planning on stderr even when small (it is "
+                "printed anyway above 2 s or 1 GiB)");
   sub->callback([sub, args] {
     reject_nan_values(*sub);
     check_args(*args, *sub);

@@ -15,11 +15,14 @@
 #include <cstdlib>
 
 #include "cli/app.h"
+#include "elastic/process.h"
 
 int main(int argc, char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
   }
+  // The coordinator's measure of how long this binary takes to start (an agent's allowance).
+  bw::elastic::note_main_entered();
   return bw::cli::run_app(argc, argv);
 }

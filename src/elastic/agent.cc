@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/net.h"
 #include "elastic/process.h"
@@ -54,8 +55,20 @@ struct Ended {
   int status = 0;  // kWorkerExited: the worker's exit status
 };
 
+milliseconds heartbeat_period(const runtime::RunConfig& config) {
+  return milliseconds(std::clamp<int64_t>(
+      static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+}
+
 // Starts the node's workers, heartbeats, watches them until the incarnation ends.
-Ended run_node(c10d::Store& store, const AgentArgs& args, const Node& n, milliseconds period) {
+Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
+               const runtime::RunConfig& config) {
+  c10d::Store& store = *handle;
+  const milliseconds period = heartbeat_period(config);
+  // A fault injected before this agent's first heartbeat (a hang or a crash while starting up).
+  if (!config.elastic.inject.empty()) {
+    Injector(parse_faults(config.elastic.inject), n.node, 0, handle).at(0, "agent_startup");
+  }
   const std::string exe = args.executable.empty() ? self_executable() : args.executable;
   std::vector<ChildProcess> workers;
   std::vector<int> ids;
@@ -125,11 +138,6 @@ Ended run_node(c10d::Store& store, const AgentArgs& args, const Node& n, millise
     if (left == 0) return {End::kShutdown};
     std::this_thread::sleep_for(milliseconds(5));
   }
-}
-
-milliseconds heartbeat_period(const runtime::RunConfig& config) {
-  return milliseconds(std::clamp<int64_t>(
-      static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
 }
 
 runtime::RunConfig read_config(c10d::Store& store) {
@@ -212,7 +220,7 @@ int run_agent(const AgentArgs& args) {
   n.devices = args.devices;
   n.incarnation = args.incarnation;
   n.gloo_host = args.gloo_host.empty() ? "127.0.0.1" : args.gloo_host;
-  const auto ended = run_node(*store, args, n, heartbeat_period(config));
+  const auto ended = run_node(store, args, n, config);
   return ended.end == End::kShutdown ? 0 : 3;
 }
 
@@ -295,7 +303,7 @@ int run_remote_agent(AgentArgs args) {
     // Store calls give up after one heartbeat timeout, as the coordinator does on this node.
     store->setTimeout(milliseconds(
         std::max<int64_t>(1000, static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000))));
-    const auto ended = run_node(*store, args, n, heartbeat_period(config));
+    const auto ended = run_node(store, args, n, config);
     switch (ended.end) {
       case End::kShutdown:
       case End::kRunOver: {

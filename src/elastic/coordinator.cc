@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -45,10 +46,48 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 // Ctrl-C / SIGTERM: the first asks for a stop at the next step boundary with a checkpoint, the
-// second ends the process at once (its agents and workers die with it, PR_SET_PDEATHSIG).
-volatile std::sig_atomic_t g_signals = 0;
+// second ends the process at once (its agents and workers die with it, PR_SET_PDEATHSIG). A
+// lock-free atomic is safe to change in a signal handler (a volatile sig_atomic_t may only be
+// assigned there, not incremented).
+std::atomic<int> g_signals{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 extern "C" void on_stop_signal(int) {
-  if (++g_signals >= 2) _exit(130);
+  if (g_signals.fetch_add(1) + 1 >= 2) _exit(130);
+}
+
+// An agent's start-up allowance beyond the heartbeat timeout (docs/elastic.md "Start-up"). A
+// local agent is this binary started again on this machine: before its first heartbeat it
+// execs, loads LibTorch, connects to the store, reads the config and forks its workers, which is
+// what this process did up to main() plus a few milliseconds. So it gets twice this process's
+// measured start-up, times the processes per core that load at once: local agents all start
+// together, and the workers of the first ones up load while the last agents still do (loading
+// is CPU-bound). A remote agent has started before it registers; counted from its accepted
+// registration it only forks its workers, so twice the same measure (times its workers per core,
+// taking this host's cores as the measure) is ample; its workers, which load after that, get
+// this allowance as their start-up. Agents started
+// later (a node re-joining) get at least twice the longest start-up the supervisor has measured
+// in this run (supervisor.h).
+void agent_startup(SupervisorOptions& so, bool remote, int nodes, int devices_per_node) {
+  so.agents_register = remote;
+  const double own_ms = main_entered_ms();
+  if (!std::isfinite(own_ms)) {  // not started through breakwater's main(): the old bound
+    so.agent_startup_ms = std::max(so.step_timeout_ms, 60000.0);
+    so.agent_startup_basis = "no measured start-up: max(elastic.step_timeout_s, 60 s)";
+    so.worker_startup_floor_ms = 2000;
+    return;
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int loading = remote ? devices_per_node : nodes * (1 + devices_per_node);
+  const double per_core = std::max(1.0, static_cast<double>(loading) / cores);
+  so.agent_startup_ms = 2 * own_ms * per_core;
+  // Workers load as their agent did; remote agents were measured from their registration, after
+  // they had loaded, so their workers get the agent's allowance as their start-up.
+  so.worker_startup_floor_ms = remote ? so.agent_startup_ms : own_ms * per_core;
+  so.agent_startup_basis =
+      per_core > 1 ? fmt::format("twice the coordinator's own start-up of {:.2f} s times {:.1f} "
+                                 "processes loading at once per core ({} on {} cores)",
+                                 own_ms / 1000, per_core, loading, cores)
+                   : fmt::format("twice the coordinator's own start-up of {:.2f} s", own_ms / 1000);
 }
 
 struct StopSignals {
@@ -236,7 +275,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     const int nodes = world == 1 ? 1 : ctx.cluster.num_nodes;
     const int devices = world == 1 ? 1 : ctx.devices_per_node;
     if (f.node >= nodes || f.device >= devices ||
-        (f.phase != "startup" && f.step >= config.train.steps)) {
+        (f.phase != "startup" && f.phase != "agent_startup" && f.step >= config.train.steps)) {
       throw ConfigError(fmt::format(
           "elastic.inject names node {} device {} step {}, but the run has nodes 0..{}, devices "
           "0..{} per node and steps 0..{}; name a node, device and step of this run",
@@ -445,7 +484,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
     // Remote agents come back by themselves (after rejoin_after_s of their own).
     so.rejoin_after_ms = remote ? 0 : config.elastic.rejoin_after_s * 1000;
-    so.startup_ms = std::max(so.step_timeout_ms, 60000.0);
+    agent_startup(so, remote, ctx.cluster.num_nodes, ctx.devices_per_node);
     so.stop_grace_ms = std::max(2000.0, so.heartbeat_timeout_ms);
     Supervisor sup(store, clock, nodes, ctx, run, so);
     bool resume_published = !resume.empty();

@@ -19,9 +19,14 @@ namespace bw::elastic {
 namespace {
 
 const std::set<std::string> kActions = {"kill", "hang", "agent", "nan"};
-const std::set<std::string> kPhases = {"startup",   "forward",     "backward",
-                                       "p2p",       "grad_sync",   "commit",
-                                       "optimizer", "reconfigure", "state_transfer"};
+const std::set<std::string> kPhases = {"agent_startup", "startup",     "forward",
+                                       "backward",      "p2p",         "grad_sync",
+                                       "commit",        "optimizer",   "reconfigure",
+                                       "state_transfer"};
+
+bool startup_phase(const std::string& phase) {
+  return phase == "startup" || phase == "agent_startup";
+}
 
 int parse_int(const std::string& entry, const std::string& key, const std::string& value) {
   size_t used = 0;
@@ -77,8 +82,9 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       } else if (key == "phase") {
         if (kPhases.count(value) == 0) {
           throw ConfigError(fmt::format(
-              "elastic.inject entry '{}': unknown phase '{}'; use startup, forward, backward, "
-              "p2p, grad_sync, commit, optimizer, reconfigure or state_transfer",
+              "elastic.inject entry '{}': unknown phase '{}'; use agent_startup, startup, "
+              "forward, backward, p2p, grad_sync, commit, optimizer, reconfigure or "
+              "state_transfer",
               entry, value));
         }
         f.phase = value;
@@ -102,12 +108,13 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       }
       f.phase = "grad_sync";
     }
-    if (f.phase == "startup" && f.action != "kill" && f.action != "hang") {
+    if (startup_phase(f.phase) && f.action != "kill" && f.action != "hang") {
       throw ConfigError(fmt::format(
-          "elastic.inject entry '{}': phase startup (before the worker's first heartbeat) takes "
-          "kill or hang",
-          entry));
+          "elastic.inject entry '{}': phase {} (before the {}'s first heartbeat) takes kill or "
+          "hang",
+          entry, f.phase, f.phase == "startup" ? "worker" : "agent"));
     }
+    if (f.phase == "agent_startup") f.device = 0;  // the node's agent, not one of its workers
     out.push_back(f);
   }
   return out;
@@ -126,7 +133,7 @@ Injector::Injector(std::vector<FaultSpec> specs, int node, int device,
 bool Injector::at(int step, const std::string& phase) {
   bool poison = false;
   for (const auto& [index, f] : mine_) {
-    if ((f.step != step && phase != "startup") || f.phase != phase) continue;
+    if ((f.step != step && !startup_phase(phase)) || f.phase != phase) continue;
     if (store_->add(keys::inject_fired(index), 1) != 1) continue;
     const auto at = fmt::format("{:.3f}", wall_ms());
     store_->set(keys::inject_time(index), std::vector<uint8_t>(at.begin(), at.end()));
@@ -135,7 +142,7 @@ bool Injector::at(int step, const std::string& phase) {
     } else if (f.action == "kill") {
       ::raise(SIGKILL);
     } else if (f.action == "hang") {
-      ::raise(SIGSTOP);
+      ::raise(SIGSTOP);  // in phase agent_startup, the agent itself
     } else {
       ::kill(getppid(), SIGKILL);  // the agent; PR_SET_PDEATHSIG then ends this process
       std::this_thread::sleep_for(std::chrono::seconds(10));

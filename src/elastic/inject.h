@@ -4,7 +4,10 @@
 // `kill:node=2:step=5:phase=grad_sync,hang:node=1:step=9`. Actions: `kill` (SIGKILL of the node's
 // worker), `hang` (SIGSTOP of it), `agent` (SIGKILL of the node's agent, whose workers die with
 // it), `nan` (one gradient entry of the worker set to NaN before the gradient sync, so the step's
-// gradient norm is not finite; phase grad_sync only). Phases: startup (before the worker's first
+// gradient norm is not finite; phase grad_sync only). Phases: agent_startup (the node's agent
+// itself is killed or stopped before its first heartbeat, before it starts its workers; kill and
+// hang only, `step` and `device` ignored; fired by the agent through its own Injector with
+// device 0), startup (before the worker's first
 // heartbeat; kill and hang only, `step` ignored), forward, backward, p2p, grad_sync (default
 // forward), commit (after the step is committed, before the update), optimizer (after the
 // update), and, in a generation after a reconfiguration, reconfigure (while the groups are built)

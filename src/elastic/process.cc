@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/check.h"
@@ -69,5 +73,33 @@ int ChildProcess::wait_or_kill(std::chrono::milliseconds timeout) {
 }
 
 std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+double process_age_ms() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  if (!std::getline(in, line)) return NAN;
+  // Field 2 (the name) may hold spaces; field 22, starttime, counts clock ticks since boot.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return NAN;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  for (int f = 3; f < 22 && rest >> field; ++f) {
+  }
+  unsigned long long start_ticks = 0;
+  if (!(rest >> start_ticks)) return NAN;
+  const long hz = sysconf(_SC_CLK_TCK);
+  timespec now{};
+  if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return NAN;
+  const double age_ms = (static_cast<double>(now.tv_sec) + now.tv_nsec * 1e-9) * 1000 -
+                        static_cast<double>(start_ticks) * 1000 / static_cast<double>(hz);
+  return age_ms >= 0 ? age_ms : NAN;
+}
+
+namespace {
+double g_main_entered_ms = NAN;
+}
+
+void note_main_entered() { g_main_entered_ms = process_age_ms(); }
+double main_entered_ms() { return g_main_entered_ms; }
 
 }  // namespace bw::elastic

@@ -37,4 +37,14 @@ class ChildProcess {
 // Path of the running executable (/proc/self/exe), so the coordinator can exec itself.
 std::string self_executable();
 
+// Milliseconds since this process was created (its fork, from /proc/self/stat, so an exec, the
+// dynamic loading of LibTorch and static initialisers are all included); NaN when unknown.
+double process_age_ms();
+
+// This executable's own start-up: process_age_ms() as main() saw it (note_main_entered(), called
+// first thing in main). The coordinator uses it as the measured start-up of an agent, which runs
+// the same binary on the same kind of machine (docs/elastic.md "Start-up"). NaN until noted.
+void note_main_entered();
+double main_entered_ms();
+
 }  // namespace bw::elastic

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -99,11 +100,27 @@ void Supervisor::start() {
     for (int w : workers_of(n)) set_string(*store_, keys::worker_generation(w, 0), "0");
   }
   publish(run_, opt_.first_step, {});
-  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) {
-    node_states_[n].started_ms = clock_.now_ms();
-    nodes_.start(n, 0);
-  }
+  for (int n = 0; n < ctx_.cluster.num_nodes; ++n) start_node(n, 0);
   last_commit_ms_ = now;
+}
+
+void Supervisor::start_node(int node, int incarnation) {
+  auto& st = node_states_[node];
+  const double now = clock_.now_ms();
+  node_beats_[node] = Beat{counter(*store_, keys::node_heartbeat(node)), now, true};
+  for (int w : workers_of(node))
+    worker_beats_[w] = Beat{counter(*store_, keys::worker_heartbeat(w)), now, true};
+  st.started_ms = now;
+  st.agent_up_ms = 0;
+  nodes_.start(node, incarnation);
+}
+
+double Supervisor::worker_launch_ms(const NodeState& node) const {
+  return std::max(node.agent_up_ms - node.started_ms, opt_.worker_startup_floor_ms);
+}
+
+double Supervisor::agent_startup_allowance_ms() const {
+  return std::max(opt_.agent_startup_ms, 2 * longest_agent_startup_ms_);
 }
 
 void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<Copy>& copies) {
@@ -164,49 +181,65 @@ void Supervisor::detect() {
   }
   if (now - last_beat_check_ms_ < 100) return;
   last_beat_check_ms_ = now;
-  // Returns the deadline a beat missed (its first or a later one), or 0 while it is on time.
+  // Whether a beat is overdue (its first or a later one).
   auto stale = [&](Beat& b, int64_t count, double first_beat_deadline_ms) {
     if (count != b.count) {
-      // The first reading is a baseline; a change after it is the process's own beat.
+      // Counters outlive a node's restart: start_node() read the baseline just before the
+      // process started, so a change after it is the new process's own beat.
       if (b.count >= 0) b.starting = false;
       b.count = count;
       b.since_ms = now;
       return false;
     }
-    // Counters outlive a node's restart, so "first beat" means the first change since the
-    // (re)start.
     return b.starting ? now > first_beat_deadline_ms : now - b.since_ms > opt_.heartbeat_timeout_ms;
   };
+  const double allowance_ms = agent_startup_allowance_ms();
   for (auto& [node, st] : node_states_) {
     if (!st.live) continue;
     Beat& agent = node_beats_[node];
     if (stale(agent, counter(*store_, keys::node_heartbeat(node)),
-              agent.since_ms + opt_.startup_ms)) {
-      node_lost(node,
-                fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
+              st.started_ms + opt_.heartbeat_timeout_ms + allowance_ms)) {
+      const std::string basis =
+          allowance_ms > opt_.agent_startup_ms
+              ? fmt::format("twice the longest agent start-up of this run, {:.1f} s",
+                            longest_agent_startup_ms_ / 1000)
+              : opt_.agent_startup_basis;
+      node_lost(
+          node,
+          agent.starting
+              ? fmt::format("the agent of node {} sent no first heartbeat within {:.1f} s of its "
+                            "{} (hung while starting up; allowed: elastic.heartbeat_timeout_s = "
+                            "{:.1f} s + a start-up allowance of {:.1f} s{}{})",
+                            node, (now - st.started_ms) / 1000,
+                            opt_.agents_register ? "accepted registration" : "start",
+                            opt_.heartbeat_timeout_ms / 1000, allowance_ms / 1000,
+                            basis.empty() ? "" : ", ", basis)
+              : fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
                             opt_.heartbeat_timeout_ms / 1000),
-                0);
+          0);
       continue;
     }
     if (!agent.starting && st.agent_up_ms == 0) {
       st.agent_up_ms = now;
       st.launch_ms = nodes_.launch_ms(node);
+      longest_agent_startup_ms_ = std::max(longest_agent_startup_ms_, now - st.started_ms);
       runtime::log(runtime::LogLevel::kDebug, "node {}: agent up {:.0f} ms after its start", node,
                    now - st.started_ms);
     }
     for (int w : workers_of(node)) {
       Beat& beat = worker_beats_[w];
       if (stale(beat, counter(*store_, keys::worker_heartbeat(w)),
-                worker_startup_deadline_ms(st, beat))) {
+                worker_startup_deadline_ms(st))) {
         node_lost(
             node,
             beat.starting
                 ? fmt::format("worker {} sent no first heartbeat within {:.1f} s of its "
                               "launch (hung while starting up; allowed: "
-                              "elastic.heartbeat_timeout_s = {:.1f} s + twice its "
-                              "agent's own start-up of {:.1f} s)",
+                              "elastic.heartbeat_timeout_s = {:.1f} s + twice a start-up "
+                              "of {:.1f} s: its agent's own, or the coordinator's measure if "
+                              "longer)",
                               w, (now - st.agent_up_ms) / 1000, opt_.heartbeat_timeout_ms / 1000,
-                              (st.agent_up_ms - st.started_ms) / 1000)
+                              worker_launch_ms(st) / 1000)
                 : fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
                               "elastic.heartbeat_timeout_s)",
                               w, opt_.heartbeat_timeout_ms / 1000),
@@ -222,14 +255,13 @@ void Supervisor::detect() {
 // joins any Gloo group (which may legitimately take long). Before that it only execs and loads
 // LibTorch, exactly what its agent (the same binary on the same machine) did just before: so a
 // worker is due to beat within elastic.heartbeat_timeout_s plus twice its agent's measured
-// start-up time after its agent came up (the agent spawns it right then). Before the agent is up
-// the agent's own start-up grace applies, and never more than that grace.
-double Supervisor::worker_startup_deadline_ms(const NodeState& node, const Beat& beat) const {
-  const double grace = beat.since_ms + opt_.startup_ms;
-  if (node.agent_up_ms == 0) return grace;
-  // A remote agent was started by someone else, long before: its own measure counts.
-  const double launch_ms = std::max(node.agent_up_ms - node.started_ms, node.launch_ms);
-  return std::min(grace, node.agent_up_ms + opt_.heartbeat_timeout_ms + 2 * launch_ms);
+// start-up time after its agent came up (the agent spawns it right then). Until the agent is up
+// only the agent's own deadline applies (a node whose agent misses it is lost as a whole).
+double Supervisor::worker_startup_deadline_ms(const NodeState& node) const {
+  if (node.agent_up_ms == 0) return std::numeric_limits<double>::infinity();
+  // A remote agent was started by someone else, long before: its own measure counts too.
+  const double launch_ms = std::max(worker_launch_ms(node), node.launch_ms);
+  return node.agent_up_ms + opt_.heartbeat_timeout_ms + 2 * launch_ms;
 }
 
 void Supervisor::fail_run(int worker, int status) {
@@ -338,13 +370,9 @@ void Supervisor::maybe_start_joins() {
       st.incarnation += 1;
       st.live = true;
       st.joining = true;
-      node_beats_.erase(node);
-      for (int w : workers_of(node)) worker_beats_.erase(w);
       runtime::log(runtime::LogLevel::kInfo, "starting node {} again (incarnation {})", node,
                    st.incarnation);
-      st.started_ms = now;
-      st.agent_up_ms = 0;
-      nodes_.start(node, st.incarnation);
+      start_node(node, st.incarnation);
     }
     if (st.live && st.joining) {
       std::vector<std::string> up;

@@ -97,7 +97,18 @@ struct SupervisorOptions {
   double heartbeat_timeout_ms = 5000;
   double rejoin_after_ms = 0;   // 0 = lost nodes stay out
   double stop_grace_ms = 2000;  // survivors must stop within this after an abort
-  double startup_ms = 120000;   // first heartbeat of a new agent (loading LibTorch)
+  // An agent's first heartbeat is due heartbeat_timeout_ms + agent_startup_ms after it was
+  // started (local) or its registration was accepted (remote); the allowance grows to twice the
+  // longest start-up of an agent seen in the run. The coordinator derives it from its own
+  // measured start-up (docs/elastic.md "Start-up"); `agent_startup_basis` says how, for messages.
+  double agent_startup_ms = 2000;
+  std::string agent_startup_basis;
+  // Least start-up counted for a node's workers (they load LibTorch as its agent did): a worker's
+  // first beat is due heartbeat_timeout_ms + twice max(its agent's measured start-up, this)
+  // after its agent came up. A remote agent's measured start-up starts at its registration, after
+  // it loaded, and local workers load all at once after their agents.
+  double worker_startup_floor_ms = 0;
+  bool agents_register = false;  // remote agents: count from the accepted registration
   double tick_sleep_ms = 3;
   // Resume position of the non-finite skips (the checkpoint's): steps skipped so far, and how
   // many of the last steps in a row (train.skip_limit bounds those).
@@ -157,7 +168,7 @@ class Supervisor {
     bool in_plan = false;
     double lost_at_ms = 0;
     bool joining = false;  // started again, waiting for its workers to be up
-    double started_ms = 0;   // when its agent was (re)started
+    double started_ms = 0;   // when its agent was (re)started (remote: registration accepted)
     double agent_up_ms = 0;  // when that agent's first heartbeat was seen; 0 = not yet
     double launch_ms = 0;    // the agent's own measure of its start-up (Nodes::launch_ms)
   };
@@ -179,7 +190,14 @@ class Supervisor {
   void publish(const RunPlan& run, int first_step, const std::vector<Copy>& copies);
   void detect();
   // When a worker of `node` that has not sent its first heartbeat counts as hung (see detect()).
-  double worker_startup_deadline_ms(const NodeState& node, const Beat& beat) const;
+  double worker_startup_deadline_ms(const NodeState& node) const;
+  double worker_launch_ms(const NodeState& node) const;  // the start-up it is allowed twice
+  // The start-up allowance of an agent (beyond the heartbeat timeout) and when its first beat is
+  // due; the agent is hung while starting up after that.
+  double agent_startup_allowance_ms() const;
+  // Starts node's agent; its heartbeat counters (which outlive a restart) are read as the
+  // baseline first, so only a beat of the new process counts as its first.
+  void start_node(int node, int incarnation);
   void node_lost(int node, const std::string& cause, double fail_ms);
   void fail_run(int worker, int status);
   void poll_run();
@@ -212,6 +230,7 @@ class Supervisor {
   double last_commit_ms_ = 0;
   int64_t exits_seen_ = 0;
   double last_beat_check_ms_ = 0;
+  double longest_agent_startup_ms_ = 0;  // measured in this run (start to first beat)
   std::map<int, NodeState> node_states_;
   std::map<int, Beat> node_beats_, worker_beats_;
   std::set<int> failed_;   // nodes lost in the current generation (not yet re-planned)

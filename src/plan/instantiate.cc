@@ -55,8 +55,8 @@ class Knapsack {
  public:
   // Only templates whose busiest node holds <= max_node_bytes of parameters are used.
   Knapsack(const TemplateSet& set, int num_nodes, int fault_tolerance, int microbatches,
-           double max_node_bytes)
-      : set_(set), n_(num_nodes), need_(fault_tolerance + 1), b_(microbatches) {
+           double max_node_bytes, PlanWork* work)
+      : set_(set), n_(num_nodes), need_(fault_tolerance + 1), b_(microbatches), work_(work) {
     for (const auto& t : set.templates)
       if (t.num_nodes <= num_nodes && max_node_param_bytes(t) <= max_node_bytes)
         usable_.push_back(&t);
@@ -87,11 +87,13 @@ class Knapsack {
     best[idx(0, 0)] = 0;
     std::vector<long long> cap(usable_.size());
     for (size_t t = 0; t < usable_.size(); ++t) cap[t] = capacity(*usable_[t], tau);
+    int64_t pairs = 0;
     for (int k = 0; k < n_; ++k) {
       for (int c = 0; c < width_; ++c) {
         const long long cur = best[idx(k, c)];
         if (cur == kNone) continue;
         for (size_t t = 0; t < usable_.size(); ++t) {
+          ++pairs;
           if (cap[t] == 0) continue;
           const int nk = k + usable_[t]->num_nodes;
           if (nk > n_) break;  // ascending node counts
@@ -108,6 +110,10 @@ class Knapsack {
           }
         }
       }
+    }
+    if (work_) {
+      work_->compose_cells += static_cast<int64_t>(n_) * width_;
+      work_->compose_pairs += pairs;
     }
     int end_c = -1;
     for (int c = exact_count_ ? need_ : need_; c < width_; ++c) {
@@ -147,6 +153,7 @@ class Knapsack {
  private:
   const TemplateSet& set_;
   int n_, need_, b_;
+  PlanWork* work_;
   bool exact_count_ = false;
   int width_ = 0;
   std::vector<const Template*> usable_;
@@ -163,8 +170,8 @@ namespace {
 // when there is none.
 std::optional<Composition> min_max_composition(const TemplateSet& templates, int num_nodes,
                                                int fault_tolerance, int microbatches,
-                                               double max_node_bytes) {
-  Knapsack ks(templates, num_nodes, fault_tolerance, microbatches, max_node_bytes);
+                                               double max_node_bytes, PlanWork* work) {
+  Knapsack ks(templates, num_nodes, fault_tolerance, microbatches, max_node_bytes, work);
   const double kHuge = 1e300;
   if (ks.empty() || ks.solve(kHuge).empty()) return std::nullopt;
   // Smallest feasible tau: feasibility is monotone, so bisect on the ordered bit patterns of
@@ -200,7 +207,7 @@ std::optional<Composition> min_max_composition(const TemplateSet& templates, int
 }  // namespace
 
 Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                               int microbatches, const Cluster* cluster) {
+                               int microbatches, const Cluster* cluster, PlanWork* work) {
   if (fault_tolerance < 0)
     throw ConfigError(fmt::format("fault tolerance must be >= 0, got {}", fault_tolerance));
   if (templates.templates.empty())
@@ -222,7 +229,7 @@ Composition choose_composition(const TemplateSet& templates, int num_nodes, int 
   }
   const double kAll = std::numeric_limits<double>::infinity();
   std::optional<Composition> best =
-      min_max_composition(templates, num_nodes, fault_tolerance, microbatches, kAll);
+      min_max_composition(templates, num_nodes, fault_tolerance, microbatches, kAll, work);
   if (!best) {
     throw ConfigError(fmt::format(
         "the templates ({} .. {} nodes) cannot cover exactly {} nodes with >= {} pipelines "
@@ -258,7 +265,7 @@ Composition choose_composition(const TemplateSet& templates, int num_nodes, int 
   const double unconstrained = best->max_node_param_bytes;
   for (double q : bounds) {
     if (q >= unconstrained) break;  // the unconstrained optimum is already scored
-    auto c = min_max_composition(templates, num_nodes, fault_tolerance, microbatches, q);
+    auto c = min_max_composition(templates, num_nodes, fault_tolerance, microbatches, q, work);
     if (!c) continue;
     score(*c);
     if (c->step_ms < best->step_ms) best = c;
@@ -267,10 +274,10 @@ Composition choose_composition(const TemplateSet& templates, int num_nodes, int 
 }
 
 Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
-                 int fault_tolerance, int microbatches, const Cluster& cluster) {
+                 int fault_tolerance, int microbatches, const Cluster& cluster, PlanWork* work) {
   const int num_nodes = static_cast<int>(nodes.size());
   Composition comp =
-      choose_composition(templates, num_nodes, fault_tolerance, microbatches, &cluster);
+      choose_composition(templates, num_nodes, fault_tolerance, microbatches, &cluster, work);
   Plan plan;
   plan.num_layers = templates.num_layers;
   plan.devices_per_node = templates.devices_per_node;
@@ -296,10 +303,10 @@ Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
 }
 
 Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_tolerance, int microbatches,
-                 const Cluster& cluster) {
+                 const Cluster& cluster, PlanWork* work) {
   std::vector<NodeId> nodes;
   for (int i = 0; i < num_nodes; ++i) nodes.emplace_back(i);
-  return instantiate(templates, nodes, fault_tolerance, microbatches, cluster);
+  return instantiate(templates, nodes, fault_tolerance, microbatches, cluster, work);
 }
 
 }  // namespace bw::plan

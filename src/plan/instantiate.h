@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/plan_cost.h"
 
 namespace bw::plan {
 
@@ -37,11 +38,13 @@ void resplit(Plan& plan, const Cluster& cluster);
 
 // Covers `nodes` (all of them) with >= f + 1 pipelines from `templates` and splits
 // `microbatches` among them. Throws ConfigError with the numbers and the fix when impossible.
+// `work`, when given, counts the knapsack's work (plan_cost.h).
 Plan instantiate(const TemplateSet& templates, const std::vector<NodeId>& nodes,
-                 int fault_tolerance, int microbatches, const Cluster& cluster);
+                 int fault_tolerance, int microbatches, const Cluster& cluster,
+                 PlanWork* work = nullptr);
 // Nodes 0 .. num_nodes - 1.
 Plan instantiate(const TemplateSet& templates, int num_nodes, int fault_tolerance, int microbatches,
-                 const Cluster& cluster);
+                 const Cluster& cluster, PlanWork* work = nullptr);
 
 // Pipeline counts per template node count chosen by instantiate's optimisation (exposed for
 // tests): (node count, pipelines) pairs, ascending by node count, and the predicted times.
@@ -60,6 +63,7 @@ struct Composition {
   double max_node_param_bytes = 0;
 };
 Composition choose_composition(const TemplateSet& templates, int num_nodes, int fault_tolerance,
-                               int microbatches, const Cluster* cluster = nullptr);
+                               int microbatches, const Cluster* cluster = nullptr,
+                               PlanWork* work = nullptr);
 
 }  // namespace bw::plan

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,8 +27,8 @@ TemplateOptions template_options(const PlannerOptions& o, int m, const Profile& 
   t.schedule_kinds = o.schedule_kinds;
   t.evaluator = o.evaluator;
   if (!t.schedule_kinds.empty() && !t.evaluator)
-    t.evaluator =
-        simulator_evaluator(profile, cluster, o.state_bytes_per_param_byte, o.recompute);
+    t.evaluator = simulator_evaluator(profile, cluster, o.state_bytes_per_param_byte,
+                                      o.recompute, o.work);
   return t;
 }
 
@@ -160,8 +161,15 @@ void fit_schedules(Plan& plan, const Profile& profile, const Cluster& cluster,
   if (opt.schedule_kinds.empty()) return;
   const CostModel model(profile, cluster, opt.cost);
   const double mem_limit = cluster.device_memory_bytes();
+  // Pipelines of one template with the same count get the same pick: evaluate it once.
+  std::map<std::pair<int, int>, Template> picked;  // (template nodes, m) -> fitted template
   for (auto& p : plan.pipelines) {
     const int m = p.microbatches;
+    const auto key = std::make_pair(p.tmpl.num_nodes, m);
+    if (auto it = picked.find(key); it != picked.end()) {
+      p.tmpl = it->second;
+      continue;
+    }
     Template at_m = p.tmpl;
     at_m.microbatches = m;
     std::optional<std::pair<std::string, ScheduleEstimate>> fast, small;
@@ -182,6 +190,7 @@ void fit_schedules(Plan& plan, const Profile& profile, const Cluster& cluster,
       p.tmpl = std::move(at_m);
     }
     BW_CHECK(generates(p.tmpl, p.tmpl.schedule, m), "no schedule kind runs {} microbatches", m);
+    picked.emplace(key, p.tmpl);
   }
   update_predictions(plan, cluster);
 }
@@ -203,10 +212,20 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
       std::max(1, ceil_div(microbatches, fault_tolerance + 1)));
   TemplateOptions opt = template_options(options, m1, profile, cluster);
   PlanResult best;
-  best.templates = generate_templates(profile, cluster, opt);
+  // The search first, then (having said what the rest costs) the simulated schedule choice:
+  // together what generate_templates does.
+  TemplateOptions search = opt;
+  search.schedule_kinds.clear();
+  if (options.on_cost) options.on_cost(estimate_search(profile, cluster, search));
+  best.templates = generate_templates(profile, cluster, search);
   if (best.templates.templates.empty()) does_not_fit(profile, cluster, opt);
-  best.plan =
-      instantiate(best.templates, cluster.num_nodes, fault_tolerance, microbatches, cluster);
+  if (options.on_cost) {
+    options.on_cost(estimate_rest(best.templates, cluster, fault_tolerance, microbatches,
+                                  opt.schedule_kinds, !options.template_microbatches));
+  }
+  choose_schedules(best.templates, profile, cluster, opt);
+  best.plan = instantiate(best.templates, cluster.num_nodes, fault_tolerance, microbatches, cluster,
+                          options.work);
   fit_schedules(best.plan, profile, cluster, opt);
   if (options.template_microbatches) return best;
   const int m2 = std::max(1, ceil_div(microbatches, static_cast<int>(best.plan.pipelines.size())));
@@ -216,8 +235,8 @@ PlanResult make_plan(const Profile& profile, const Cluster& cluster, int fault_t
   second.templates = generate_templates(profile, cluster, opt2);
   if (second.templates.templates.empty()) return best;
   try {
-    second.plan =
-        instantiate(second.templates, cluster.num_nodes, fault_tolerance, microbatches, cluster);
+    second.plan = instantiate(second.templates, cluster.num_nodes, fault_tolerance, microbatches,
+                              cluster, options.work);
     fit_schedules(second.plan, profile, cluster, opt2);
   } catch (const ConfigError&) {
     return best;

@@ -7,9 +7,11 @@
 // keeps the plan with the lower predicted step time (ties: the first).
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "plan/instantiate.h"
+#include "plan/plan_cost.h"
 
 namespace bw::plan {
 
@@ -24,6 +26,12 @@ struct PlannerOptions {
   int threads = 1;
   std::vector<std::string> schedule_kinds;  // extra kinds for schedule-aware templates
   ScheduleEvaluator evaluator;
+  // Called twice with what is coming (plan_cost.h): before the first template search with its
+  // cost (stage "search", an upper bound), and after it, before the composition and the
+  // simulated schedule choice, with what the rest will cost (stage "rest"). `breakwater plan`
+  // prints either when it is large.
+  std::function<void(const PlanCost&)> on_cost;
+  PlanWork* work = nullptr;  // counts the work done (tests, benchmark)
 };
 
 struct PlanResult {

@@ -45,11 +45,12 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches) {
 }
 
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
-                                      double state_bytes_per_param_byte, bool recompute) {
+                                      double state_bytes_per_param_byte, bool recompute,
+                                      PlanWork* work) {
   CostOptions options;
   options.recompute = recompute;
   auto shared_model = std::make_shared<const CostModel>(profile, cluster, options);
-  return [profile, cluster, state_bytes_per_param_byte, recompute, shared_model](
+  return [profile, cluster, state_bytes_per_param_byte, recompute, shared_model, work](
              const Template& t, const std::string& kind) -> std::optional<ScheduleEstimate> {
     const CostModel& model = *shared_model;
     const int stages = t.num_stages();
@@ -97,9 +98,15 @@ ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& clu
     auto run = [&](int m) -> std::optional<sim::Prediction> {
       spec.microbatches = m;
       try {
-        if (own_partition)
-          return sim::predict(spec, sim::layer_costs(layers, stage_begin, {}, link));
-        return sim::predict(spec, layers, link);
+        auto p = own_partition ? sim::predict(spec, sim::layer_costs(layers, stage_begin, {}, link))
+                               : sim::predict(spec, layers, link);
+        if (work) {
+          const int per_device = spec.kind == "hanayo"        ? 2 * spec.waves
+                                 : spec.kind == "interleaved" ? spec.chunks_per_device
+                                                              : 1;
+          work->simulated_slots += static_cast<int64_t>(stages) * per_device * m;
+        }
+        return p;
       } catch (const ConfigError&) {
         return std::nullopt;  // this kind cannot run this template (sizes)
       }

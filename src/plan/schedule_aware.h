@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan_cost.h"
 #include "plan/templates.h"
 #include "schedule/generate.h"
 
@@ -37,8 +38,9 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches);
 // The evaluator for TemplateOptions. Unknown kinds are a ConfigError listing the known ones;
 // kinds that cannot run a template (too few layers or microbatches, mixed device counts) give
 // nullopt. `recompute`: activation recomputation, as CostOptions::recompute.
+// `work`, when given, counts the simulated slots (plan_cost.h); it must outlive the evaluator.
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
                                       double state_bytes_per_param_byte = 4,
-                                      bool recompute = false);
+                                      bool recompute = false, PlanWork* work = nullptr);
 
 }  // namespace bw::plan

@@ -351,8 +351,18 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
     BW_CHECK(u == 0, "reconstruction left {} devices", u);
     set.templates.push_back(make_template(model, shape, n));
   }
-  if (options.schedule_kinds.empty()) return set;
+  choose_schedules(set, profile, cluster, options);
+  return set;
+}
 
+void choose_schedules(TemplateSet& set, const Profile& profile, const Cluster& cluster,
+                      const TemplateOptions& options) {
+  if (options.schedule_kinds.empty()) return;
+  BW_CHECK(static_cast<bool>(options.evaluator), "schedule kinds given without an evaluator");
+  const CostModel model(profile, cluster, options.cost);
+  const double mem_limit = cluster.device_memory_bytes();
+  const int m = options.cost.microbatches;
+  const int threads = std::max(1, options.threads);
   // Schedule-aware: the kind the evaluator predicts fastest at m, among those that fit. Node
   // counts are independent, so they are spread over threads (same result on any thread).
   auto choose_schedule = [&](Template& t) {
@@ -380,7 +390,6 @@ TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
     }
     for (auto& th : pool) th.join();
   }
-  return set;
 }
 
 }  // namespace bw::plan

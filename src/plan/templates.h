@@ -128,6 +128,11 @@ ScheduleEstimate one_f_one_b_estimate(const Template& t);
 TemplateSet generate_templates(const Profile& profile, const Cluster& cluster,
                                const TemplateOptions& options);
 
+// The schedule-aware step of generate_templates on its own: re-evaluates each template of `set`
+// under options.schedule_kinds (nothing when empty) and keeps the fastest kind that fits.
+void choose_schedules(TemplateSet& set, const Profile& profile, const Cluster& cluster,
+                      const TemplateOptions& options);
+
 // Builds a Template from a stage shape (fills times, memory, node placement). Used by the
 // search and by tests.
 Template make_template(const CostModel& model, const std::vector<StageShape>& shape, int num_nodes);

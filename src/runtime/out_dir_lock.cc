@@ -2,12 +2,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -71,33 +75,73 @@ OutDirLock OutDirLock::acquire(const std::string& out_dir) {
                                   out_dir, ec.message()));
   }
   const std::string path = (fs::path(out_dir) / kLockName).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Our lock file is written whole (our pid) and locked before it appears under the lock's name
+  // (link or rename), so whoever finds the name held also finds the holder's pid in it.
+  const std::string mine = fmt::format("{}.{}", path, ::getpid());
+  const int fd = ::open(mine.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw ConfigError(fmt::format("cannot create the lock file '{}': {}; choose a writable "
                                   "train.out_dir",
-                                  path, std::strerror(errno)));
+                                  mine, std::strerror(errno)));
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    const pid_t other = read_pid(fd);
+  auto give_up = [&](const std::string& message) {
     ::close(fd);
-    if (err == EWOULDBLOCK) {
-      throw ConfigError(fmt::format(
-          "train.out_dir '{}' is in use by another run (pid {}); wait for it to finish, stop "
-          "it, or choose another train.out_dir",
-          out_dir, other > 0 ? std::to_string(other) : std::string("unknown")));
-    }
-    throw ConfigError(fmt::format("cannot lock '{}': {}", path, std::strerror(err)));
-  }
-  // Ours now (a lock file of a dead process is taken over): record our pid.
+    ::unlink(mine.c_str());
+    return ConfigError(message);
+  };
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) !=
-                                     static_cast<ssize_t>(pid.size())) {
-    const int err = errno;
-    ::close(fd);
-    throw ConfigError(fmt::format("cannot write the lock file '{}': {}", path, std::strerror(err)));
+  if (::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()) ||
+      ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    throw give_up(fmt::format("cannot write the lock file '{}': {}", mine, std::strerror(errno)));
   }
-  return OutDirLock(path, fd);
+  // Each round either takes the lock, refuses, or sees the name change under it (another run
+  // took a dead run's lock over meanwhile) and looks again; 2 s of rounds at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  pid_t other = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::link(mine.c_str(), path.c_str()) == 0) {
+      ::unlink(mine.c_str());
+      return OutDirLock(path, fd);
+    }
+    if (errno != EEXIST) {
+      throw give_up(
+          fmt::format("cannot create the lock file '{}': {}; choose a writable train.out_dir",
+                      path, std::strerror(errno)));
+    }
+    const int old = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (old < 0) {
+      if (errno == ENOENT) continue;  // removed meanwhile
+      throw give_up(fmt::format("cannot open the lock file '{}': {}", path, std::strerror(errno)));
+    }
+    if (::flock(old, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      other = read_pid(old);
+      ::close(old);
+      if (err != EWOULDBLOCK)
+        throw give_up(fmt::format("cannot lock '{}': {}", path, std::strerror(err)));
+      // Held. Only a run taking over a dead run's file holds it while it still names the dead
+      // pid, and only until its rename: then look again (a pid of another pid namespace or host
+      // also reads as dead; it is named after the deadline).
+      if (other > 0 && (::kill(other, 0) == 0 || errno == EPERM)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    // A dead run's file, now locked by us: replace it with ours if it is still the one named.
+    struct stat locked {}, named {};
+    const bool same = ::fstat(old, &locked) == 0 && ::stat(path.c_str(), &named) == 0 &&
+                      locked.st_dev == named.st_dev && locked.st_ino == named.st_ino;
+    if (same && ::rename(mine.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::close(old);
+      throw give_up(fmt::format("cannot replace the lock file '{}': {}", path, std::strerror(err)));
+    }
+    ::close(old);
+    if (same) return OutDirLock(path, fd);
+  }
+  throw give_up(fmt::format(
+      "train.out_dir '{}' is in use by another run (pid {}); wait for it to finish, stop "
+      "it, or choose another train.out_dir",
+      out_dir, other > 0 ? std::to_string(other) : std::string("unknown")));
 }
 
 pid_t OutDirLock::holder(const std::string& out_dir) {

@@ -2,9 +2,11 @@
 // records its pid) for as long as it lives; a second run on the same out_dir is refused with the
 // first one's pid instead of mixing its metrics and checkpoints into the first one's. The lock
 // is the kernel's, so it goes away with the process however that ends (SIGKILL included): a lock
-// file left by a dead process is simply taken over. The descriptor is close-on-exec, so worker
-// processes do not inherit it. (flock is local to a host; on NFS it may not exclude runs on
-// other hosts.)
+// file left by a dead process is taken over. A run writes its pid into a file of its own
+// (`.lock.{pid}`), locks it, and only then gives it the name `.lock` (link, or rename over a dead
+// run's file it has locked and checked is still the one named), so a held `.lock` always names
+// its holder. The descriptor is close-on-exec, so worker processes do not inherit it. (flock is
+// local to a host; on NFS it may not exclude runs on other hosts.)
 //
 // Thread-safety: one OutDirLock per process and directory; movable, not copyable.
 #pragma once

@@ -717,5 +717,39 @@ TEST(Startup, WorkerHungBeforeItsFirstHeartbeatIsFoundAndNamed) {
   expect_no_process_left(got);
 }
 
+// An agent that hangs while starting up (SIGSTOP of the agent itself before its first heartbeat
+// and before it starts its workers) is found within the heartbeat timeout plus its start-up
+// allowance (twice the coordinator's measured start-up per process loading at once), named, and
+// its node fenced; the run continues on the other nodes and matches the failure-free run. As
+// above, the step timeout is far above this test's deadline: the former agent grace,
+// max(step_timeout_s, 60 s), would not find it before the deadline.
+TEST(Startup, AgentHungBeforeItsFirstHeartbeatIsFoundAndNamed) {
+  const int steps = 8;
+  const auto& want = reference(4, steps);
+  ASSERT_EQ(want.status, 0) << want.output;
+  auto args = base_args(4, steps);
+  args.push_back(fmt::format("--elastic.step_timeout_s={}", 4 * kDeadlineS));
+  args.push_back("--elastic.inject=hang:node=1:step=0:phase=agent_startup");
+  const auto got = train("agent_startup_hang", args);
+  ASSERT_FALSE(got.timed_out) << "not found before the deadline:\n" << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  ASSERT_EQ(count_events(got, "node_lost"), 1) << got.output;
+  const auto& lost = got.events.front();
+  const auto cause = lost.at("cause").get<std::string>();
+  EXPECT_NE(cause.find("the agent of node 1 sent no first heartbeat"), std::string::npos) << cause;
+  // The allowance's basis: the coordinator's start-up, or the other agents' if they came up
+  // slower (a loaded machine).
+  EXPECT_TRUE(cause.find("the coordinator's own start-up") != std::string::npos ||
+              cause.find("the longest agent start-up of this run") != std::string::npos)
+      << cause;
+  EXPECT_EQ(lost.at("nodes"), std::vector<int>{1});
+  // From the hang (recorded by the agent) to its detection: the timeout plus the allowance, a
+  // few seconds here; far below the former grace of 480 s.
+  EXPECT_LT(lost.at("detect_ms").get<double>(), 60000.0) << cause;
+  expect_exactly_once(got, want);
+  expect_same_state(got.out_dir, want.out_dir, steps);
+  expect_no_process_left(got);
+}
+
 }  // namespace
 }  // namespace bw::elastic

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -55,7 +56,8 @@ struct Harness {
   std::vector<StepRecord> steps;
   std::vector<Event> events;
 
-  explicit Harness(int num_nodes, int steps_total = 10, int f = 1) {
+  explicit Harness(int num_nodes, int steps_total = 10, int f = 1,
+                   const std::function<void(SupervisorOptions&)>& tune = {}) {
     runtime::RunConfig config;
     config.model.name = "tiny";
     config.cluster.nodes = num_nodes;
@@ -71,7 +73,8 @@ struct Harness {
     opt.steps = steps_total;
     opt.heartbeat_timeout_ms = 1000;
     opt.stop_grace_ms = 2000;
-    opt.startup_ms = 5000;
+    opt.agent_startup_ms = 500;
+    if (tune) tune(opt);
     sup = std::make_unique<Supervisor>(store, clock, nodes, ctx, run, opt);
     sup->on_step = [this](const StepRecord& r) { steps.push_back(r); };
     sup->on_event = [this](const Event& e) { events.push_back(e); };
@@ -268,6 +271,81 @@ TEST(Supervisor, AnAgentsReportedStartUpExtendsItsWorkersFirstHeartbeatGrace) {
       EXPECT_TRUE(h.events.empty()) << h.events[0].cause;
     }
   }
+}
+
+// Advances the clock in steps of `step_ms` until `until_ms` (or the first event), beating every
+// node and worker but those of the `silent` nodes before each tick.
+void run_until(Harness& h, double until_ms, const std::set<int>& silent, double step_ms = 50) {
+  while (h.clock.t + step_ms <= until_ms && h.events.empty()) {
+    h.beat(silent);
+    h.clock.t += step_ms;
+    h.sup->tick();
+  }
+}
+
+// An agent that never sends its first heartbeat is lost at its start + heartbeat timeout + the
+// start-up allowance (1000 + 500 ms here), not before, and not only after a grace derived from
+// the step timeout (120 s); the cause names the agent's node.
+TEST(Supervisor, AgentHungBeforeItsFirstHeartbeatIsFoundAfterTheAllowance) {
+  Harness h(4);
+  const double started = h.clock.t;
+  run_until(h, started + 1450, {2});
+  EXPECT_TRUE(h.events.empty()) << "lost before its allowance: " << h.events.front().cause;
+  run_until(h, started + 1700, {2});
+  ASSERT_EQ(h.events.size(), 1u) << "not found within heartbeat timeout + allowance";
+  EXPECT_EQ(h.events[0].nodes, std::vector<int>{2});
+  const auto& cause = h.events[0].cause;
+  EXPECT_NE(cause.find("the agent of node 2 sent no first heartbeat"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("start-up allowance of 0.5 s"), std::string::npos) << cause;
+  EXPECT_TRUE(h.nodes.killed.count(2));
+}
+
+// Heartbeat counters outlive a restart: a node started again (incarnation 1) whose counters are
+// already high from incarnation 0 is not "up" until its new agent beats, and its allowance grows
+// to twice the longest agent start-up measured in the run (here 800 ms -> 1.6 s).
+TEST(Supervisor, RestartedAgentCountsFromItsRestartWithTheMeasuredAllowance) {
+  Harness h(4, 10, 1, [](SupervisorOptions& o) { o.rejoin_after_ms = 300; });
+  const double started = h.clock.t;
+  // Every agent comes up 800 ms after its start (the workers with it); heartbeats are checked
+  // every 100 ms, so ticks every 100 ms see the first beat at exactly +800 ms.
+  while (h.clock.t < started + 700) {
+    h.clock.t += 100;
+    h.sup->tick();
+  }
+  h.beat();
+  h.clock.t += 100;
+  h.sup->tick();
+  run_until(h, started + 1000, {});
+  ASSERT_TRUE(h.events.empty()) << h.events.front().cause;
+  h.all_ready(0);
+  run_until(h, h.clock.t + 50, {});
+  ASSERT_EQ(h.sup->committed(), 1);
+  h.nodes.exits.push_back({3, 137});
+  h.tick();
+  ASSERT_EQ(h.events.size(), 1u);
+  for (int w : {0, 1, 2}) h.stopped(w, 1);
+  h.tick();
+  ASSERT_EQ(h.g(), 1);
+  h.events.clear();
+  // Node 3 is started again after rejoin_after_ms; its counters keep their old values.
+  while (h.nodes.started.size() < 5u && h.clock.t < started + 5000) {
+    h.beat({3});
+    h.clock.t += 50;
+    h.sup->tick();
+  }
+  ASSERT_EQ(h.nodes.started.size(), 5u);
+  EXPECT_EQ(h.nodes.started.back(), std::make_pair(3, 1));
+  const double restarted = h.clock.t;
+  run_until(h, restarted + 1000 + 1600 - 100, {3});
+  EXPECT_TRUE(h.events.empty()) << "lost before its measured allowance: "
+                                << h.events.front().cause;
+  run_until(h, restarted + 1000 + 1600 + 200, {3});
+  ASSERT_EQ(h.events.size(), 1u) << "the restarted agent's stale counter counted as a beat";
+  EXPECT_EQ(h.events[0].nodes, std::vector<int>{3});
+  const auto& cause = h.events[0].cause;
+  EXPECT_NE(cause.find("the agent of node 3 sent no first heartbeat"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("twice the longest agent start-up of this run, 0.8 s"), std::string::npos)
+      << cause;
 }
 
 TEST(Supervisor, SurvivorThatDoesNotStopIsTakenOutAfterTheGrace) {

@@ -9,9 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "core/error.h"
 
@@ -74,6 +78,63 @@ TEST(OutDirLock, SecondRunIsRefusedNamingTheFirstAndADeadOneIsTakenOver) {
   pid_t recorded = 0;
   in >> recorded;
   EXPECT_EQ(recorded, getpid());
+}
+
+// Runs racing for one out_dir, each taking the lock, holding it a moment and letting it go, over
+// and over: every refusal names the pid of one of the racing runs, never "unknown" (the holder's
+// pid not written yet) and never a pid that is not racing (a dead holder's, not yet replaced).
+TEST(OutDirLock, EveryRefusalNamesARacingHolder) {
+  const std::string dir = scratch("race");
+  constexpr int kRunners = 4;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::set<pid_t> runners;
+  for (int r = 0; r < kRunners; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+      while (std::chrono::steady_clock::now() < end) {
+        try {
+          auto lock = OutDirLock::acquire(dir);
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        } catch (const ConfigError& e) {
+          const std::string m = e.what();
+          const auto at = m.find("(pid ");
+          const std::string named =
+              at == std::string::npos ? "?" : m.substr(at + 5, m.find(')', at) - at - 5);
+          const std::string line = named + "\n";
+          (void)!write(fds[1], line.data(), line.size());
+        }
+      }
+      _exit(0);
+    }
+    runners.insert(pid);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) text.append(buf, n);
+  close(fds[0]);
+  for (pid_t pid : runners) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::istringstream lines(text);
+  int refusals = 0, bad = 0;
+  for (std::string named; std::getline(lines, named);) {
+    ++refusals;
+    const bool racing = !named.empty() && named.size() < 10 &&
+                        named.find_first_not_of("0123456789") == std::string::npos &&
+                        runners.count(static_cast<pid_t>(std::stol(named))) > 0;
+    if (!racing && ++bad <= 5) ADD_FAILURE() << "a refusal named pid '" << named << "'";
+  }
+  EXPECT_EQ(bad, 0) << "of " << refusals << " refusals";
+  EXPECT_GT(refusals, 100) << "the runs hardly raced";
+  // Only the lock file is left, not the runs' own files.
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename(), ".lock") << "left behind: " << e.path();
 }
 
 TEST(OutDirLock, ReleasedWhenDestroyed) {
