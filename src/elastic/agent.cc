@@ -4,10 +4,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
+#include <cmath>
 #include <csignal>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -165,27 +166,6 @@ void read_token_from_stdin(AgentArgs& args) {
   }).detach();
 }
 
-// How long this process took from its exec to now (loading the binary and LibTorch, the same
-// start-up its workers will have): /proc/self/stat's start time against /proc/uptime.
-double process_age_ms() {
-  std::ifstream stat("/proc/self/stat"), up("/proc/uptime");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(line.substr(close + 2));
-  std::string f;
-  for (int i = 3; i <= 22 && fields >> f; ++i) {
-    if (i == 22) {
-      double uptime_s = 0;
-      up >> uptime_s;
-      const double start_s = std::stod(f) / static_cast<double>(sysconf(_SC_CLK_TCK));
-      return std::max(0.0, (uptime_s - start_s) * 1000);
-    }
-  }
-  return 0;
-}
-
 // What this host's corpus holds, for the coordinator to compare with its own: {"path",
 // "digest"}, or {"path", "error"} when it cannot be read here.
 nlohmann::json corpus_report(const runtime::RunConfig& config) {
@@ -227,7 +207,9 @@ int run_agent(const AgentArgs& args) {
 int run_remote_agent(AgentArgs args) {
   // Measured first: the time to here is the start-up the coordinator allows this host's workers
   // (twice over) before their first heartbeat; it cannot time a process someone else started.
-  const double launch_ms = process_age_ms();
+  // Loading the binary and LibTorch, the same start-up its workers will have (0 if unknown).
+  const double age_ms = process_age_ms();
+  const double launch_ms = std::isnan(age_ms) ? 0.0 : age_ms;
   if (args.token_stdin) read_token_from_stdin(args);
   if (args.node_name.empty()) {
     char host[256] = {};
