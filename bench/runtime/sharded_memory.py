@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak memory per device of one stage sharded over d = 1, 2, 4 devices, against the planner's model.
 
-Usage: bench/runtime/sharded_memory.py [BUILD_DIR] [BLOCKS]
+Usage: bench/runtime/sharded_memory.py [BUILD_DIR] [BLOCKS] [--recompute]
 
 Each run trains `small:BLOCKS` (all layers on one stage, no pipelining) for 2 steps on one node of
 d devices with pipeline.devices_per_stage = d, 2 microbatches of 4 samples. The measured figure is
@@ -11,6 +11,9 @@ prediction is the planner's sharded-stage memory (docs/planning.md): parameters,
 two AdamW moments (16 bytes per parameter) / d, plus the largest layer's parameters and gradient
 gathered whole (8 bytes per parameter), plus one microbatch's activations of the rank's
 ceil(4 / d) samples (the runtime's activation estimate, elastic/planning.cc).
+
+With --recompute every d also runs with pipeline.recompute = "full", predicted as the planner
+charges it: the layers' inputs per microbatch in flight plus one layer's activations.
 """
 import json
 import math
@@ -19,14 +22,17 @@ import subprocess
 import sys
 import tempfile
 
-build = sys.argv[1] if len(sys.argv) > 1 else "build"
-blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 160
+args = [a for a in sys.argv[1:] if a != "--recompute"]
+with_recompute = "--recompute" in sys.argv[1:]
+build = args[0] if len(args) > 0 else "build"
+blocks = int(args[1]) if len(args) > 1 else 160
 exe = os.path.join(build, "breakwater")
 D, T, H, MBS = 128, 64, 4, 4  # small: d_model, seq_len, heads; microbatch size
 
 
-def run(model, d, out):
-    args = [exe, "train", "--quiet", f"--model.name={model}", "--cluster.nodes=1",
+def run(model, d, out, recompute="none"):
+    args = [exe, "train", f"--pipeline.recompute={recompute}", "--quiet",
+            f"--model.name={model}", "--cluster.nodes=1",
             f"--cluster.devices_per_node={d}", f"--pipeline.pipelines=[{d}]",
             f"--pipeline.devices_per_stage={d}", "--pipeline.schedule=1f1b",
             "--pipeline.fault_tolerance=0", "--pipeline.microbatches=2",
@@ -51,7 +57,7 @@ def vocab(out):
     return header["layers.0.wte.weight"]["shape"][0]
 
 
-def predict(d, vocab_size):
+def predict(d, vocab_size, recompute=False):
     block = 12 * D * D + 13 * D  # attention + MLP weights and biases, two LayerNorms
     emb = vocab_size * D + T * D
     head = vocab_size * D + 2 * D
@@ -60,23 +66,32 @@ def predict(d, vocab_size):
     rows = math.ceil(MBS / d)
     btd = rows * T * D
     att = rows * H * T * T
-    act = 4 * btd + blocks * 4 * (16 * btd + 2 * att) + 4 * (2 * btd + 3.0 * rows * T * vocab_size)
+    acts = ([4 * btd] + [4 * (16 * btd + 2 * att)] * blocks +
+            [4 * (2 * btd + 3.0 * rows * T * vocab_size)])
+    if recompute:  # token ids, then one [rows, T, D] input per later layer; one layer recomputed
+        act = 8 * rows * T + 4 * btd * (blocks + 1) + max(acts)
+    else:
+        act = sum(acts)
     return 16.0 * params / d + (8.0 * largest if d > 1 else 0.0) + act
 
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
-        for d in (1, 2, 4):
-            base = run("tiny", d, os.path.join(tmp, f"tiny{d}"))
-            got = run(f"small:{blocks}", d, os.path.join(tmp, f"small{d}"))
-            rows.append((d, got - base, predict(d, vocab(os.path.join(tmp, f"small{d}")))))
+        for mode in (["none", "full"] if with_recompute else ["none"]):
+            for d in (1, 2, 4):
+                base = run("tiny", d, os.path.join(tmp, f"tiny{d}{mode}"), mode)
+                out = os.path.join(tmp, f"small{d}{mode}")
+                got = run(f"small:{blocks}", d, out, mode)
+                rows.append((mode, d, got - base, predict(d, vocab(out), mode == "full")))
         print(f"small:{blocks}, one stage, microbatches of {MBS} samples")
-        print(f"{'d':>2} {'measured MiB':>13} {'predicted MiB':>14} {'excess MiB':>11} "
-              f"{'ratio':>6} {'measured vs d=1':>16} {'predicted vs d=1':>17}")
-        for d, got, want in rows:
-            print(f"{d:>2} {got / 2**20:>13.1f} {want / 2**20:>14.1f} {(got - want) / 2**20:>11.1f} "
-                  f"{got / want:>6.2f} {got / rows[0][1]:>16.2f} {want / rows[0][2]:>17.2f}")
+        print(f"{'recompute':>9} {'d':>2} {'measured MiB':>13} {'predicted MiB':>14} "
+              f"{'excess MiB':>11} {'ratio':>6} {'measured vs d=1':>16} {'predicted vs d=1':>17}")
+        for mode, d, got, want in rows:
+            first = next(r for r in rows if r[0] == mode)
+            print(f"{mode:>9} {d:>2} {got / 2**20:>13.1f} {want / 2**20:>14.1f} "
+                  f"{(got - want) / 2**20:>11.1f} {got / want:>6.2f} {got / first[2]:>16.2f} "
+                  f"{want / first[3]:>17.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "core/check.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -114,9 +115,8 @@ int64_t receive_shards(c10d::Store& store, const std::string& prefix, int shards
   for (int s = 0; s < shards; ++s) {
     for (const char* kind : kKinds) {
       const auto key = shard_key(prefix, s, kind);
-      if (!store.check({key})) {
-        throw ConfigError(fmt::format("checkpoint shard {} ({}) never arrived", s, key));
-      }
+      // Every writer counted its shard before this runs: a missing one is a bug.
+      BW_CHECK(store.check({key}), "checkpoint shard {} ({}) never arrived", s, key);
       const auto image = get_blob(store, key, /*erase=*/true);
       io::FileWriter out((staging / fmt::format("shard-{}.{}.safetensors", s, kind)).string(),
                          "checkpoint shard");
