@@ -11,7 +11,10 @@
 // over the step's microbatches. The measured figure is the slowest rank's action list
 // (exec_ms in metrics.jsonl), median over the steps after the first.
 // Also printed: the planner's closed form (compute x ceil(b/d)/b from the full-microbatch
-// profile), to show what the sample split costs against perfect halving.
+// profile), to show what the sample split costs against perfect halving; and prediction B, the
+// run's own layer compute (compute_ms without gathers and reductions) with the calibrated
+// collectives, as bw_runtime_bench's prediction B: it separates the collectives' model from
+// the layers' speed inside a run.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -171,6 +174,7 @@ int main(int argc, char** argv) {
   // interleave the two so that a change of the machine's load reaches both alike.
   struct Round {
     double predicted = 0, closed_form = 0, measured = 0, step = 0;
+    double predicted_b = 0;  // the run's own layer compute + the calibrated collectives
     double compute = 0, gather = 0, reduce = 0;                 // measured parts
     double compute_pred = 0, gather_pred = 0, reduce_pred = 0;  // predicted parts
   };
@@ -235,26 +239,36 @@ int main(int argc, char** argv) {
     r.compute = median(compute);
     r.gather = median(gather);
     r.reduce = median(reduce);
+    // B: the layers' compute as the run measured it (its compute_ms without the collectives,
+    // spread over the layers as the profile spreads it), the collectives as calibrated.
+    r.predicted_b =
+        bw::sim::predict(spec, bw::sim::layer_costs(costs(rows, r.compute / r.compute_pred),
+                                                    {0, layers}, {}))
+            .iteration_ms;
     return r;
   };
 
   fmt::print("model {} ({} layers), one stage on {} devices, {} microbatches of {}, {} steps\n",
              model_name, layers, width, microbatches, mbs, steps);
   fmt::print("ms per step; measured = the slowest rank's action list, median over the steps\n");
-  fmt::print("{:>5} {:>9} {:>9} {:>7} | {:>15} {:>15} {:>15} | {:>9}\n", "round", "measured",
-             "predicted", "ratio", "compute m/p", "gathers m/p", "reduce m/p", "closed");
-  std::vector<double> ratios, closed_ratios;
+  fmt::print("{:>5} {:>9} {:>9} {:>7} | {:>15} {:>15} {:>15} | {:>9} | {:>9} {:>7}\n", "round",
+             "measured", "pred A", "ratio", "compute m/p", "gathers m/p", "reduce m/p", "closed",
+             "pred B", "ratio");
+  std::vector<double> ratios, closed_ratios, b_ratios;
   for (int i = 0; i < rounds; ++i) {
     const Round r = round(i);
     ratios.push_back(r.measured / r.predicted);
     closed_ratios.push_back(r.measured / r.closed_form);
+    b_ratios.push_back(r.measured / r.predicted_b);
     fmt::print("{:>5} {:>9.1f} {:>9.1f} {:>7.3f} | {:>7.1f}/{:<7.1f} {:>7.1f}/{:<7.1f} "
-               "{:>7.1f}/{:<7.1f} | {:>9.1f}\n",
+               "{:>7.1f}/{:<7.1f} | {:>9.1f} | {:>9.1f} {:>7.3f}\n",
                i, r.measured, r.predicted, ratios.back(), r.compute, r.compute_pred, r.gather,
-               r.gather_pred, r.reduce, r.reduce_pred, r.closed_form);
+               r.gather_pred, r.reduce, r.reduce_pred, r.closed_form, r.predicted_b,
+               b_ratios.back());
     std::fflush(stdout);
   }
-  fmt::print("median measured / predicted   {:.3f}\n", median(ratios));
+  fmt::print("median measured / predicted A {:.3f}\n", median(ratios));
+  fmt::print("median measured / predicted B {:.3f}\n", median(b_ratios));
   fmt::print("median measured / closed form {:.3f}\n", median(closed_ratios));
   fs::remove_all(dir);
   return 0;

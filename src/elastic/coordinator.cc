@@ -446,13 +446,19 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
         std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
     const auto toml = runtime::to_toml(config);
     store->set(keys::config(), std::vector<uint8_t>(toml.begin(), toml.end()));
+    // Local workers share this filesystem and write and read checkpoints themselves, in
+    // parallel; across hosts nothing is assumed shared and checkpoints pass through the store.
+    const bool via_store = remote;
+    const std::string io_mode = via_store ? "store" : "files";
+    store->set(keys::checkpoint_io(), std::vector<uint8_t>(io_mode.begin(), io_mode.end()));
     const std::string exe = options.executable.empty() ? self_executable() : options.executable;
     std::unique_ptr<LocalNodes> local;
     std::unique_ptr<RemoteNodes> hosts;
-    // Nothing of train.out_dir or train.resume is read or written by another process: the
-    // resume state goes out and checkpoint shards come back through the store (shard_store.h).
+    // Across hosts nothing of train.out_dir or train.resume is read or written by another
+    // process: the resume state goes out and checkpoint shards come back through the store
+    // (shard_store.h).
     const int num_layers = model::num_layers(model);
-    if (!resume.empty()) {
+    if (!resume.empty() && via_store) {
       const auto bytes = put_resume(*store, runtime::load_checkpoint(resume), num_layers);
       runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
                    io::human_bytes(bytes), resume);
@@ -522,7 +528,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
                             const std::string& prefix) {
       const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
       try {
-        receive_shards(*store, prefix, shards, dir);
+        if (via_store) receive_shards(*store, prefix, shards, dir);
       } catch (...) {
         std::error_code ec;
         fs::remove_all(runtime::staging_dir(dir), ec);
@@ -535,6 +541,24 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     };
     sup.on_checkpoint_dropped = [&](const std::string& prefix, int shards) {
       erase_shards(*store, prefix, shards);
+      // Local writers staged their files themselves: a checkpoint that will not complete leaves
+      // no partial staging behind for a later generation's writers to mix with (the stop save,
+      // "g{g}/final", ends the run: every staging directory goes).
+      if (!via_store) {
+        std::error_code ec;
+        const auto at = prefix.find("/ckpt/");
+        if (at != std::string::npos) {
+          const int steps = std::stoi(prefix.substr(at + 6));
+          fs::remove_all(runtime::staging_dir(runtime::checkpoint_dir(config.train.out_dir, steps)),
+                         ec);
+        } else {
+          for (const auto& entry : fs::directory_iterator(config.train.out_dir, ec)) {
+            const auto name = entry.path().filename().string();
+            if (name.starts_with("checkpoint-") && name.ends_with(".tmp"))
+              fs::remove_all(entry.path(), ec);
+          }
+        }
+      }
     };
     runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host,
                  store->getPort(), ctx.cluster.num_nodes);

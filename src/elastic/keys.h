@@ -13,6 +13,10 @@ namespace bw::elastic::keys {
 
 // --- run level
 inline std::string config() { return "run/config"; }  // TOML of the resolved config
+// "files": every process sees the coordinator's filesystem (local runs): workers write their
+// checkpoint shards into train.out_dir and read train.resume themselves; "store": they do not
+// (multi-host runs), and both pass through the store (shard_store.h).
+inline std::string checkpoint_io() { return "run/checkpoint_io"; }
 inline std::string exits() { return "run/exits"; }    // counter: agent exit reports so far
 // Multi-host runs (remote_nodes.h): agents register themselves, proving the run token.
 inline std::string nonce() { return "run/nonce"; }      // random per run, for the token proofs

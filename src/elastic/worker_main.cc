@@ -188,7 +188,21 @@ struct Context {
   std::unique_ptr<runtime::ModelState> state;
   milliseconds timeout{120000};
   int step = 0;  // the step in flight, for fault injection
+  bool via_store = true;  // keys::checkpoint_io(): checkpoints and resume through the store
 };
+
+// This rank's shard of a checkpoint of `steps` steps: written into train.out_dir's staging
+// directory, or uploaded for the coordinator to write (keys::checkpoint_io()).
+void save_shard(Context& cx, runtime::Worker& worker, int g, int rank, int steps) {
+  if (!cx.via_store) {
+    runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, steps));
+    return;
+  }
+  // In this order on every rank: both gather over sharded stages.
+  const auto parameters = worker.owned_parameters();
+  const auto optimizer_state = worker.owned_optimizer_state();
+  upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters, optimizer_state);
+}
 
 // What a worker received for generation g: per layer, pieces (first flat index, state).
 using Pieces = std::map<int, std::vector<std::pair<int64_t, runtime::LayerState>>>;
@@ -380,7 +394,10 @@ void run_generation(Context& cx, int g) {
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
     const std::string resume = start.at("resume");
-    if (!resume.empty()) {
+    if (!resume.empty() && !cx.via_store) {
+      auto ckpt = runtime::load_checkpoint(resume);
+      worker.load_state(ckpt.weights, &ckpt.optimizer);
+    } else if (!resume.empty()) {
       // The coordinator read train.resume from its own disk and published it per layer: no
       // worker needs the checkpoint's path on its host.
       std::map<std::string, torch::Tensor> weights, optimizer;
@@ -421,21 +438,14 @@ void run_generation(Context& cx, int g) {
           state.keep_only(mine);
         }
         if (runtime::checkpoint_due(cx.config.train, step)) {
-          // In this order on every rank: both gather over sharded stages.
-          const auto parameters = worker.owned_parameters();
-          const auto optimizer_state = worker.owned_optimizer_state();
-          upload_shard(*cx.store, keys::checkpoint_shards(g, step + 1), rank, parameters,
-                       optimizer_state);
+          save_shard(cx, worker, g, rank, step + 1);
           cx.store->add(keys::num_saved(g, step), 1);
         }
         if (decision == "last") break;
       }
       if (state.steps_done == steps) {
         if (first_step == steps) {  // a generation formed after the last commit
-          const auto parameters = worker.owned_parameters();
-          const auto optimizer_state = worker.owned_optimizer_state();
-          upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters,
-                       optimizer_state);
+          save_shard(cx, worker, g, rank, steps);
           cx.store->add(keys::num_saved(g, steps - 1), 1);
         }
         set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
@@ -478,6 +488,7 @@ int run_worker_process(const WorkerArgs& args) {
   try {
     cx.config = runtime::parse_run_config(await(*cx.store, keys::config(), "the config"),
                                           "the coordinator's config", {});
+    cx.via_store = await(*cx.store, keys::checkpoint_io(), "the checkpoint mode") != "files";
     cx.timeout = milliseconds(static_cast<int64_t>(cx.config.elastic.step_timeout_s * 1000.0));
     cx.store->setTimeout(cx.timeout);
     const auto period = milliseconds(std::clamp<int64_t>(
@@ -514,8 +525,14 @@ int run_worker_process(const WorkerArgs& args) {
         if (save.at("shards").contains(key)) {
           const auto& mine = save.at("shards").at(key);
           const auto layers = mine.at("layers").get<std::vector<int>>();
-          upload_shard(*cx.store, keys::final_shards(g), mine.at("shard").get<int>(),
-                       cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
+          if (cx.via_store) {
+            upload_shard(*cx.store, keys::final_shards(g), mine.at("shard").get<int>(),
+                         cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
+          } else {
+            runtime::write_shard(save.at("dir").get<std::string>(), mine.at("shard").get<int>(),
+                                 cx.state->parameters_of(layers),
+                                 cx.state->optimizer_state_of(layers));
+          }
           cx.store->add(keys::num_final(g), 1);
         }
       }

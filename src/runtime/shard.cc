@@ -176,6 +176,7 @@ void StageShards::gather(int layer) {
 
 void StageShards::prepare_gradients(int layer) {
   BW_CHECK(group_ != nullptr, "gradient buffer on a stage of one rank");
+  const auto t0 = Clock::now();
   torch::NoGradGuard no_grad;
   const int64_t n = model::num_parameters(state_.model(), layer);
   auto& flat = grad_buffer_[layer];
@@ -185,6 +186,7 @@ void StageShards::prepare_gradients(int layer) {
     p.mutable_grad() = flat.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
   }
+  reduce_ms_ += ms_since(t0);
 }
 
 void StageShards::release(int layer) {

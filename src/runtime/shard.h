@@ -56,8 +56,8 @@ class StageShards {
 
   void gather(int layer);
   void release(int layer);
-  // Milliseconds spent in gather() and reduce_gradients() (collective and copies) since the last
-  // call; the executor reports them per step.
+  // Milliseconds spent in gather() and in prepare_gradients() + reduce_gradients() (collective
+  // and copies) since the last call; the executor reports them per step.
   std::pair<double, double> take_comm_ms();
   // Stage of w > 1 ranks: before one microbatch's backward of `layer`, its parameters' gradients
   // become views of one zeroed flat buffer, which autograd accumulates into in place; after the
