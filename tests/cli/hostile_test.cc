@@ -462,6 +462,8 @@ std::vector<Case> train_cases() {
       // Divergence options.
       {"train_nonfinite_unknown", with({"--train.nonfinite=ignore"}), 2,
        "train.nonfinite must be \"stop\" or \"skip\""},
+      {"train_recompute_unknown", with({"--pipeline.recompute=selective"}), 2,
+       "pipeline.recompute must be \"none\" or \"full\""},
       {"train_skip_limit_zero", with({"--train.skip_limit=0"}), 2, "train.skip_limit"},
       {"train_skip_limit_huge", with({"--train.skip_limit=2000000000"}), 2, "train.skip_limit"},
       {"train_inject_nan_phase", with({"--elastic.inject=nan:node=0:step=1:phase=forward"}), 2,
