@@ -9,15 +9,6 @@
 namespace bw::plan {
 namespace {
 
-std::string error_of(auto fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Planner, PlanIsNoWorseThanEitherPass) {
   Profile p = random_profile(12, 4);
   for (int nodes : {3, 6, 10}) {

@@ -21,42 +21,10 @@
 namespace bw::plan {
 namespace {
 
-std::string error_of(auto fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// Four layers with round numbers; layer l's input is layer l-1's output (layer 0's: its own
-// activations, the token ids).
+// hand_profile (test_util.h) with a small first layer (its activations are its input, the token
+// ids) and a large third; layer l's input is layer l-1's output.
 Profile hand_profile(int microbatch_size) {
-  Profile p;
-  p.model = "hand";
-  p.microbatch_size = microbatch_size;
-  const double fwd[] = {2, 3, 4, 5}, bwd[] = {4, 6, 8, 10};
-  const double params[] = {3e8, 6e8, 1.5e8, 9e8}, acts[] = {1e7, 2e8, 5e8, 4e8};
-  const double outs[] = {5e6, 1e7, 2e7, 0};
-  for (int l = 0; l < 4; ++l) {
-    LayerProfile x;
-    x.name = fmt::format("l{}", l);
-    x.forward_ms = fwd[l];
-    x.backward_ms = bwd[l];
-    x.param_bytes = params[l];
-    x.activation_bytes = acts[l];
-    x.output_bytes = outs[l];
-    p.layers.push_back(x);
-  }
-  return p;
-}
-
-Cluster hand_cluster() {
-  Cluster c = small_cluster(1, 4, 80);
-  c.intra_node_gbps = 800;  // 1e8 bytes per ms
-  c.latency_us = 10;
-  return c;
+  return plan::hand_profile(microbatch_size, {1e7, 2e8, 5e8, 4e8});
 }
 
 double ring_step_ms(double bytes, int d, const Cluster& c) {

@@ -18,33 +18,9 @@
 namespace bw::plan {
 namespace {
 
-// Four layers with round numbers: on the 800 Gbit/s link (1e8 bytes per ms) a 3e8-byte layer
-// sharded 3 ways moves 1e8 bytes per ring step, 1 ms.
+// hand_profile (test_util.h) with activations 1e8..4e8.
 Profile hand_profile(int microbatch_size) {
-  Profile p;
-  p.model = "hand";
-  p.microbatch_size = microbatch_size;
-  const double fwd[] = {2, 3, 4, 5}, bwd[] = {4, 6, 8, 10};
-  const double params[] = {3e8, 6e8, 1.5e8, 9e8}, acts[] = {1e8, 2e8, 3e8, 4e8};
-  const double outs[] = {5e6, 1e7, 2e7, 0};
-  for (int l = 0; l < 4; ++l) {
-    LayerProfile x;
-    x.name = fmt::format("l{}", l);
-    x.forward_ms = fwd[l];
-    x.backward_ms = bwd[l];
-    x.param_bytes = params[l];
-    x.activation_bytes = acts[l];
-    x.output_bytes = outs[l];
-    p.layers.push_back(x);
-  }
-  return p;
-}
-
-Cluster hand_cluster() {
-  Cluster c = small_cluster(1, 4, 80);
-  c.intra_node_gbps = 800;  // 1e8 bytes per ms
-  c.latency_us = 10;        // 0.01 ms
-  return c;
+  return plan::hand_profile(microbatch_size, {1e8, 2e8, 3e8, 4e8});
 }
 
 // Ring collectives of the runtime's sharded stage, written out (ms).

@@ -1,9 +1,13 @@
 // Small random profiles and clusters for the planner's tests.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <array>
 #include <random>
 #include <string>
 
+#include "core/error.h"
 #include "plan/cluster.h"
 #include "plan/profile.h"
 
@@ -43,6 +47,42 @@ inline Cluster small_cluster(int nodes, int g, double memory_gb) {
   c.inter_node_gbps = 100;
   c.latency_us = 10;
   return c;
+}
+
+// Four layers with round numbers for hand-computed costs (sharded_cost_test, recompute_cost_test):
+// forward 2..5 ms, backward twice that; on hand_cluster()'s link (1e8 bytes per ms) a 3e8-byte
+// layer sharded 3 ways moves 1e8 bytes per ring step, 1 ms.
+inline Profile hand_profile(int microbatch_size, const std::array<double, 4>& activation_bytes) {
+  Profile p;
+  p.model = "hand";
+  p.microbatch_size = microbatch_size;
+  const double fwd[] = {2, 3, 4, 5}, bwd[] = {4, 6, 8, 10};
+  const double params[] = {3e8, 6e8, 1.5e8, 9e8};
+  const double outs[] = {5e6, 1e7, 2e7, 0};
+  for (int l = 0; l < 4; ++l) {
+    LayerProfile x;
+    x.name = fmt::format("l{}", l);
+    x.forward_ms = fwd[l];
+    x.backward_ms = bwd[l];
+    x.param_bytes = params[l];
+    x.activation_bytes = activation_bytes[l];
+    x.output_bytes = outs[l];
+    p.layers.push_back(x);
+  }
+  return p;
+}
+
+// One node of 4 devices and 80 GB on an 800 Gbit/s link (1e8 bytes per ms), 10 us latency.
+inline Cluster hand_cluster() { return small_cluster(1, 4, 80); }
+
+// The message of the ConfigError `fn` throws, or "" when it throws none.
+inline std::string error_of(auto fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace bw::plan
