@@ -3,11 +3,14 @@
 // other rank at once (long before Gloo's own timeout), no rank may have applied anything, and the
 // step replayed in a new generation on the same model states must give bitwise the parameters
 // of the failure-free run.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -78,11 +81,16 @@ struct Ranks {
     }
   }
 
+  // One file per test process: ctest runs these cases in parallel processes, and one that
+  // rewrote a shared file while another read it left that one's ranks without data.
   static std::string corpus() {
     static const std::string path = [] {
-      auto p = ::testing::TempDir() + "bw_fault_transport_corpus.txt";
-      std::ofstream out(p);
-      for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + (i * 7919) % 26);
+      auto p = ::testing::TempDir() + fmt::format("bw_fault_transport_corpus_{}.txt", ::getpid());
+      {
+        std::ofstream out(p + ".tmp");
+        for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + (i * 7919) % 26);
+      }
+      std::filesystem::rename(p + ".tmp", p);
       return p;
     }();
     return path;
@@ -123,6 +131,7 @@ struct Ranks {
           errors[r] = e.what();
         } catch (const std::exception& e) {
           errors[r] = std::string("not a CommError: ") + e.what();
+          abort->abort();  // the peers are not left waiting for this rank (the test fails)
         }
         runtime::discard_in_background(std::move(keep));
       });
