@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "data/dataset.h"
 #include "elastic/planning.h"
 #include "model/gpt.h"
@@ -37,11 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bw::bench::median;
 
 struct RunFigures {
   double step_ms = 0;      // coordinator's wall time per step
@@ -116,15 +113,8 @@ int main(int argc, char** argv) {
   }
   const auto dir = fs::temp_directory_path() / fmt::format("bw_runtime_bench_{}", getpid());
   fs::create_directories(dir);
-  std::string data_path;
-  try {
-    data_path = bw::data::default_corpus_path();
-  } catch (const std::exception&) {
-    data_path = (dir / "corpus.txt").string();
-    std::ofstream out(data_path);
-    for (int i = 0; i < 200000; ++i)
-      out << "the wave turns back at the last device " << i % 97 << "\n";
-  }
+  const std::string data_path =
+      bw::bench::corpus_or_generated(dir, "the wave turns back at the last device");
   const int mbs = 4, microbatches = 8, devices = 2;
   const auto model = bw::model::named_config(model_name, 256);
 

@@ -31,6 +31,7 @@
 #include <torch/torch.h>
 #include <vector>
 
+#include "bench_util.h"
 #include "data/dataset.h"
 #include "model/gpt.h"
 #include "model/profiler.h"
@@ -42,11 +43,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bw::bench::median;
 
 // One rank of the collective calibration, run as its own single-threaded process as a worker
 // is: for every size in `sizes`, the median ms of an all-gather of half a layer and of an
@@ -160,14 +157,7 @@ int main(int argc, char** argv) {
     const int64_t n = bw::model::num_parameters(model, l);
     if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
   }
-  std::string data_path;
-  try {
-    data_path = bw::data::default_corpus_path();
-  } catch (const std::exception&) {
-    data_path = (dir / "corpus.txt").string();
-    std::ofstream out(data_path);
-    for (int i = 0; i < 200000; ++i) out << "the stage gathers its layer " << i % 97 << "\n";
-  }
+  const std::string data_path = bw::bench::corpus_or_generated(dir, "the stage gathers its layer");
   const bw::schedule::ScheduleSpec spec{"1f1b", 1, microbatches, 1, 1};
 
   // One round: the model's inputs measured (layer times, collectives), then the run; rounds
