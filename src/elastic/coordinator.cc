@@ -24,12 +24,12 @@
 #include "data/sampler.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
-#include "elastic/shard_store.h"
 #include "elastic/local_nodes.h"
 #include "elastic/net.h"
 #include "elastic/planning.h"
 #include "elastic/process.h"
 #include "elastic/remote_nodes.h"
+#include "elastic/shard_store.h"
 #include "elastic/store_host.h"
 #include "elastic/supervisor.h"
 #include "elastic/token.h"
@@ -84,9 +84,10 @@ void agent_startup(SupervisorOptions& so, bool remote, int nodes, int devices_pe
   // they had loaded, so their workers get the agent's allowance as their start-up.
   so.worker_startup_floor_ms = remote ? so.agent_startup_ms : own_ms * per_core;
   so.agent_startup_basis =
-      per_core > 1 ? fmt::format("twice the coordinator's own start-up of {:.2f} s times {:.1f} "
-                                 "processes loading at once per core ({} on {} cores)",
-                                 own_ms / 1000, per_core, loading, cores)
+      per_core > 1 ? fmt::format(
+                         "twice the coordinator's own start-up of {:.2f} s times {:.1f} "
+                         "processes loading at once per core ({} on {} cores)",
+                         own_ms / 1000, per_core, loading, cores)
                    : fmt::format("twice the coordinator's own start-up of {:.2f} s", own_ms / 1000);
 }
 
@@ -451,6 +452,9 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     const bool via_store = remote;
     const std::string io_mode = via_store ? "store" : "files";
     store->set(keys::checkpoint_io(), std::vector<uint8_t>(io_mode.begin(), io_mode.end()));
+    const std::string per_host = std::to_string(
+        remote ? ctx.devices_per_node : ctx.cluster.num_nodes * ctx.devices_per_node);
+    store->set(keys::workers_per_host(), std::vector<uint8_t>(per_host.begin(), per_host.end()));
     const std::string exe = options.executable.empty() ? self_executable() : options.executable;
     std::unique_ptr<LocalNodes> local;
     std::unique_ptr<RemoteNodes> hosts;

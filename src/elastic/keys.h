@@ -17,6 +17,8 @@ inline std::string config() { return "run/config"; }  // TOML of the resolved co
 // checkpoint shards into train.out_dir and read train.resume themselves; "store": they do not
 // (multi-host runs), and both pass through the store (shard_store.h).
 inline std::string checkpoint_io() { return "run/checkpoint_io"; }
+// How many workers share one host's cores (a local run: all of them), for train.spin_wait_us.
+inline std::string workers_per_host() { return "run/workers_per_host"; }
 inline std::string exits() { return "run/exits"; }    // counter: agent exit reports so far
 // Multi-host runs (remote_nodes.h): agents register themselves, proving the run token.
 inline std::string nonce() { return "run/nonce"; }      // random per run, for the token proofs

@@ -18,6 +18,7 @@
 #include "elastic/keys.h"
 #include "elastic/shard_store.h"
 #include "runtime/checkpointing.h"
+#include "runtime/comm.h"
 #include "runtime/config.h"
 #include "runtime/layout.h"
 #include "runtime/log.h"
@@ -85,9 +86,9 @@ auto over_store(const std::string& what, Fn&& fn) {
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
-    throw CoordinatorLost(fmt::format(
-        "cannot {} through the coordinator's store: {}", what,
-        std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    throw CoordinatorLost(
+        fmt::format("cannot {} through the coordinator's store: {}", what,
+                    std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
   }
 }
 
@@ -95,9 +96,8 @@ auto over_store(const std::string& what, Fn&& fn) {
 void upload_shard(c10d::Store& store, const std::string& prefix, int shard,
                   const runtime::NamedTensors& parameters,
                   const runtime::NamedTensors& optimizer_state) {
-  over_store("upload checkpoint shard " + std::to_string(shard), [&] {
-    return put_shard(store, prefix, shard, parameters, optimizer_state);
-  });
+  over_store("upload checkpoint shard " + std::to_string(shard),
+             [&] { return put_shard(store, prefix, shard, parameters, optimizer_state); });
 }
 
 // Bumps a heartbeat counter every `period` on its own store connection, so the coordinator sees a
@@ -187,7 +187,7 @@ struct Context {
   std::unique_ptr<Injector> injector;
   std::unique_ptr<runtime::ModelState> state;
   milliseconds timeout{120000};
-  int step = 0;  // the step in flight, for fault injection
+  int step = 0;           // the step in flight, for fault injection
   bool via_store = true;  // keys::checkpoint_io(): checkpoints and resume through the store
 };
 
@@ -501,6 +501,11 @@ int run_worker_process(const WorkerArgs& args) {
     Heartbeat heartbeat(args.store_host, args.store_port, keys::worker_heartbeat(args.worker),
                         period);
     torch::set_num_threads(std::max(1, cx.config.train.threads_per_worker));
+    runtime::set_collective_spin(std::chrono::microseconds(runtime::resolve_collective_spin_us(
+        cx.config.train.spin_wait_us,
+        std::stoi(await(*cx.store, keys::workers_per_host(), "the workers per host")),
+        std::max(1, cx.config.train.threads_per_worker),
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))));
     set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
     int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),
                             "a generation to join"));

@@ -1,6 +1,7 @@
 #include "runtime/comm.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,6 +13,20 @@
 #include "core/error.h"
 
 namespace bw::runtime {
+
+namespace {
+std::atomic<int64_t> g_spin_us{0};  // set_collective_spin()
+}  // namespace
+
+void set_collective_spin(std::chrono::microseconds spin) {
+  g_spin_us.store(std::max<int64_t>(0, spin.count()));
+}
+
+int64_t resolve_collective_spin_us(int64_t configured, int workers_per_host, int threads_per_worker,
+                                   int cores) {
+  if (configured >= 0) return configured;
+  return static_cast<int64_t>(workers_per_host) * threads_per_worker <= cores ? kAutoSpinUs : 0;
+}
 
 void Transport::allgather(const torch::Tensor& input, const torch::Tensor& output) {
   const int64_t k = input.numel();
@@ -74,6 +89,15 @@ class GlooRequest final : public Request {
  private:
   void wait_in_slices() {
     const auto deadline = Clock::now() + timeout_;
+    // Poll first (set_collective_spin): a peer that is in step completes the collective within
+    // the spin, and this thread never sleeps, so no wake-up latency is paid on its way back.
+    if (const int64_t spin = g_spin_us.load(std::memory_order_relaxed); spin > 0) {
+      const auto until = Clock::now() + std::chrono::microseconds(spin);
+      while (!work_->isCompleted() && Clock::now() < until) {
+        if (abort_ && abort_->aborted()) throw_aborted(what_);
+        sched_yield();
+      }
+    }
     while (true) {
       if (abort_ && abort_->aborted()) throw_aborted(what_);
       try {

@@ -89,6 +89,19 @@ std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::St
 using TransportFactory =
     std::function<std::unique_ptr<Transport>(const std::string& prefix, int rank, int size)>;
 
+// How a thread waits for a collective: it polls for up to `spin` (yielding the core between
+// polls), then sleeps until the collective completes. Sleeping costs a wake-up when the peer's
+// data arrives (several scheduler latencies per collective: the caller, c10d's worker thread,
+// Gloo's I/O thread); polling keeps the core, so it pays only where the core is this worker's
+// own. Process-wide; 0 (the initial value) sleeps at once. Point-to-point waits always sleep: a
+// stage may wait a whole bubble for its input.
+void set_collective_spin(std::chrono::microseconds spin);
+// train.spin_wait_us resolved on a host: `configured` when >= 0; else (auto) kAutoSpinUs when
+// the host's workers and their intra-op threads fit its cores, and 0 when they share cores.
+inline constexpr int64_t kAutoSpinUs = 2000;
+int64_t resolve_collective_spin_us(int64_t configured, int workers_per_host, int threads_per_worker,
+                                   int cores);
+
 // Destroys transports on a detached thread (a blocked Gloo group blocks its destructor until
 // the blocked operation fails).
 void discard_in_background(std::vector<std::unique_ptr<Transport>> transports);

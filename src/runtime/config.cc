@@ -149,6 +149,9 @@ std::vector<Section> build_schema() {
              "max global gradient norm; 0 = no clipping"),
         make("threads_per_worker", &R::train, &TrainConfig::threads_per_worker,
              "intra-op threads per worker process"),
+        make("spin_wait_us", &R::train, &TrainConfig::spin_wait_us,
+             "microseconds a worker polls a collective before it sleeps; -1 = auto (poll 2000 "
+             "when the host's workers and threads fit its cores, else 0)"),
         make("out_dir", &R::train, &TrainConfig::out_dir,
              "metrics, checkpoints and the resolved config go here"),
         make("checkpoint_every", &R::train, &TrainConfig::checkpoint_every,

@@ -72,6 +72,9 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;  // max global grad norm; 0 = no clipping
   int threads_per_worker = 1;
+  // How long a worker polls a collective before it sleeps, in microseconds; -1 = auto
+  // (runtime/comm.h resolve_collective_spin_us: polls only where its host's cores suffice).
+  int spin_wait_us = -1;
   std::string out_dir = "runs/default";
   int checkpoint_every = 0;  // 0 = at the end only
   std::string resume;        // checkpoint sidecar to resume from; empty = fresh run
@@ -119,6 +122,7 @@ inline constexpr int64_t kMaxMicrobatches = 1 << 16;    // pipeline.microbatches
 inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;  // pipeline.microbatch_size
 inline constexpr int64_t kMaxGlobalBatch = 1 << 24;     // microbatches x microbatch_size
 inline constexpr int64_t kMaxThreadsPerWorker = 256;
+inline constexpr int64_t kMaxSpinWaitUs = 1000000;
 inline constexpr int64_t kMaxSampleTokens = 1 << 20;
 inline constexpr int64_t kMaxSkipLimit = 1000;  // train.skip_limit
 inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;

@@ -223,6 +223,7 @@ void validate(const RunConfig& c) {
   require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "in [0, 1)", fmt::format("{}", t.beta2));
   finite_at_least(t.grad_clip, 0.0, "train.grad_clip");
   in_range(t.threads_per_worker, 1, kMaxThreadsPerWorker, "train.threads_per_worker");
+  in_range(t.spin_wait_us, -1, kMaxSpinWaitUs, "train.spin_wait_us");
   require(!t.out_dir.empty(), "train.out_dir", "a directory", "\"\"");
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(t.log_every, 1, "train.log_every");
