@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/gpt.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
@@ -33,10 +34,7 @@ using bw::runtime::NamedTensors;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bw::bench::median;
 
 // Each measurement starts with no dirty pages of the previous one (::sync), so one path's
 // deferred writeback is not billed to the other.
