@@ -125,11 +125,9 @@ void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {
   BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
   BW_CHECK(0 <= begin && begin < end && end <= model::num_parameters(model_, layer),
            "range [{}, {}) of layer {}", begin, end, layer);
-  // The slice is allocated before the whole layer is built and copied straight from its
-  // parameters (no flat copy of the layer): the layer's memory, freed at the end, is then the
-  // top of the heap, where the next layer's slice goes. Building every layer first and slicing
-  // it after left a hole of one layer per layer, which stayed resident: at 4 devices a stage's
-  // peak was set by that, not by training.
+  // The slice is allocated before the whole layer is built and is copied straight from its
+  // parameters, with no flat copy of the layer: the layer's memory, freed at the end, is then
+  // the top of the heap, where the next layer's slice goes.
   Shard s;
   s.begin = begin;
   s.end = end;
