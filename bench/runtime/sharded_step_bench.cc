@@ -127,6 +127,25 @@ std::map<int64_t, std::pair<double, double>> collectives_ms(const std::vector<in
   return out;
 }
 
+// Per step of a run after the first (its start-up): the report of the rank whose action list
+// took longest, and the step's wall time in ms.
+std::vector<std::pair<nlohmann::json, double>> slowest_ranks(const fs::path& out_dir) {
+  std::vector<std::pair<nlohmann::json, double>> out;
+  std::ifstream in(out_dir / "metrics.jsonl");
+  int line_no = 0;
+  for (std::string line; std::getline(in, line); ++line_no) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("ranks") || line_no == 0) continue;
+    const nlohmann::json* slow = nullptr;
+    for (const auto& rank : j.at("ranks")) {
+      if (slow == nullptr || rank.at("exec_ms").get<double>() > slow->at("exec_ms").get<double>())
+        slow = &rank;
+    }
+    out.emplace_back(*slow, j.at("step_s").get<double>() * 1000);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,36 +245,18 @@ int main(int argc, char** argv) {
     const auto out_dir = dir / fmt::format("run{}", index);
     run(out_dir, -1);
     run(dir / fmt::format("sleep{}", index), 0);
-    {
-      std::vector<double> exec;
-      std::ifstream in(dir / fmt::format("sleep{}", index) / "metrics.jsonl");
-      int line_no = 0;
-      for (std::string line; std::getline(in, line); ++line_no) {
-        auto j = nlohmann::json::parse(line);
-        if (!j.contains("ranks") || line_no == 0) continue;
-        double slow = 0;
-        for (const auto& rank : j.at("ranks"))
-          slow = std::max(slow, rank.at("exec_ms").get<double>());
-        exec.push_back(slow);
-      }
-      r.sleeping = median(exec);
+    std::vector<double> sleeping;
+    for (const auto& [slow, step_ms] : slowest_ranks(dir / fmt::format("sleep{}", index))) {
+      sleeping.push_back(slow.at("exec_ms").get<double>());
     }
+    r.sleeping = median(sleeping);
     std::vector<double> exec, step, gather, reduce, compute;
-    std::ifstream in(out_dir / "metrics.jsonl");
-    int line_no = 0;
-    for (std::string line; std::getline(in, line); ++line_no) {
-      auto j = nlohmann::json::parse(line);
-      if (!j.contains("ranks") || line_no == 0) continue;
-      const nlohmann::json* slow = nullptr;
-      for (const auto& rank : j.at("ranks")) {
-        if (slow == nullptr || rank.at("exec_ms").get<double>() > slow->at("exec_ms").get<double>())
-          slow = &rank;
-      }
-      exec.push_back(slow->at("exec_ms").get<double>());
-      gather.push_back(slow->value("gather_ms", 0.0));
-      reduce.push_back(slow->value("reduce_ms", 0.0));
-      compute.push_back(slow->at("compute_ms").get<double>() - gather.back() - reduce.back());
-      step.push_back(j.at("step_s").get<double>() * 1000);
+    for (const auto& [slow, step_ms] : slowest_ranks(out_dir)) {
+      exec.push_back(slow.at("exec_ms").get<double>());
+      gather.push_back(slow.value("gather_ms", 0.0));
+      reduce.push_back(slow.value("reduce_ms", 0.0));
+      compute.push_back(slow.at("compute_ms").get<double>() - gather.back() - reduce.back());
+      step.push_back(step_ms);
     }
     r.measured = median(exec);
     r.step = median(step);

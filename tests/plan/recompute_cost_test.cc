@@ -27,10 +27,6 @@ Profile hand_profile(int microbatch_size) {
   return plan::hand_profile(microbatch_size, {1e7, 2e8, 5e8, 4e8});
 }
 
-double ring_step_ms(double bytes, int d, const Cluster& c) {
-  return c.latency_us * 1e-3 + (bytes / d) / (c.intra_node_gbps / 8 * 1e6);
-}
-
 struct Expected {
   double stage_ms, memory;
 };
@@ -43,7 +39,7 @@ Expected expect_stage(const Profile& p, const Cluster& c, int first, int end, in
   double ms = send_ms, params = 0, inputs = 0, largest_param = 0, largest_act = 0;
   for (int l = first; l < end; ++l) {
     const auto& x = p.layers[l];
-    ms += (2 * x.forward_ms + x.backward_ms) * share;  // the forward runs twice
+    ms += (2 * x.forward_ms + x.backward_ms) * share;                  // the forward runs twice
     if (d > 1) ms += 4 * (d - 1) * ring_step_ms(x.param_bytes, d, c);  // 2 gathers + 1 reduce
     params += x.param_bytes;
     inputs += l == 0 ? x.activation_bytes : p.layers[l - 1].output_bytes;
@@ -127,7 +123,8 @@ TEST(RecomputeCost, EvaluatorUsesTheSameTermsAsTheClosedForm) {
     }
     const sim::LinkModel link{cl.latency_us * 1e-3, cl.intra_node_gbps};
     schedule::ScheduleSpec spec{.kind = "1f1b", .devices = 2, .microbatches = 6};
-    const double t6 = sim::predict(spec, sim::layer_costs(layers, {0, 3, 4}, {}, link)).iteration_ms;
+    const double t6 =
+        sim::predict(spec, sim::layer_costs(layers, {0, 3, 4}, {}, link)).iteration_ms;
     EXPECT_NEAR(e->fixed_ms + e->per_microbatch_ms * 6, t6, 1e-9 * t6) << d0;
     ASSERT_EQ(e->stage_memory_bytes.size(), 2u);
     const Expected s0 = expect_stage(p, cl, 0, 3, d0, 2, 0);

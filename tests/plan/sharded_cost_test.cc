@@ -23,14 +23,6 @@ Profile hand_profile(int microbatch_size) {
   return plan::hand_profile(microbatch_size, {1e8, 2e8, 3e8, 4e8});
 }
 
-// Ring collectives of the runtime's sharded stage, written out (ms).
-double all_gather_ms(double bytes, int d, const Cluster& c) {
-  return (d - 1) * (c.latency_us * 1e-3 + (bytes / d) / (c.intra_node_gbps / 8 * 1e6));
-}
-double all_reduce_ms(double bytes, int d, const Cluster& c) {
-  return 2 * (d - 1) * (c.latency_us * 1e-3 + (bytes / d) / (c.intra_node_gbps / 8 * 1e6));
-}
-
 struct Expected {
   double stage_ms, memory;
 };

@@ -49,6 +49,18 @@ inline Cluster small_cluster(int nodes, int g, double memory_gb) {
   return c;
 }
 
+// Ring collectives of the runtime's sharded stage, written out (ms): one step moves a 1/d piece
+// of `bytes` over the intra-node link; an all-gather takes d - 1 steps, an all-reduce twice that.
+inline double ring_step_ms(double bytes, int d, const Cluster& c) {
+  return c.latency_us * 1e-3 + (bytes / d) / (c.intra_node_gbps / 8 * 1e6);
+}
+inline double all_gather_ms(double bytes, int d, const Cluster& c) {
+  return (d - 1) * ring_step_ms(bytes, d, c);
+}
+inline double all_reduce_ms(double bytes, int d, const Cluster& c) {
+  return 2 * (d - 1) * ring_step_ms(bytes, d, c);
+}
+
 // Four layers with round numbers for hand-computed costs (sharded_cost_test, recompute_cost_test):
 // forward 2..5 ms, backward twice that; on hand_cluster()'s link (1e8 bytes per ms) a 3e8-byte
 // layer sharded 3 ways moves 1e8 bytes per ring step, 1 ms.

@@ -24,8 +24,10 @@ struct SpinFor {
   ~SpinFor() { set_collective_spin(0us); }
 };
 
-// Rank r of 2 contributes r + 1 + i / 7 at index i; both ranks return what they got.
-std::vector<std::pair<torch::Tensor, torch::Tensor>> two_ranks(const std::string& prefix) {
+// Rank r of 2 contributes r + 1 + i / 7 at index i; both ranks return what they got. Rank 1
+// enters each collective `late` after rank 0.
+std::vector<std::pair<torch::Tensor, torch::Tensor>> two_ranks(
+    const std::string& prefix, std::chrono::milliseconds late = 0ms) {
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::pair<torch::Tensor, torch::Tensor>> out(2);
   std::vector<std::thread> threads;
@@ -34,10 +36,13 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> two_ranks(const std::string
       auto t = make_gloo_transport(store, prefix, r, 2, 30s);
       auto mine = torch::arange(1000, torch::kFloat32) / 7 + (r + 1);
       auto gathered = torch::empty({2000});
+      if (r == 1) std::this_thread::sleep_for(late);
       t->allgather(mine, gathered);
+      auto gathered_then = gathered.clone();  // what the caller had when the call returned
       auto summed = mine.clone();
+      if (r == 1) std::this_thread::sleep_for(late);
       t->allreduce_sum(summed);
-      out[r] = {gathered, summed};
+      out[r] = {gathered_then, summed.clone()};
     });
   }
   for (auto& th : threads) th.join();
@@ -46,10 +51,12 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> two_ranks(const std::string
 
 TEST(CollectiveSpin, PollingWaitsGiveTheSameResultsAsSleepingWaits) {
   const auto sleeping = two_ranks("sleep");
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> polling;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> polling, outlasted;
   {
     SpinFor spin(50000us);
     polling = two_ranks("poll");
+    // A peer later than the poll: the waiter must go on to wait, not return what it has.
+    outlasted = two_ranks("outlast", 300ms);
   }
   // The reference written out: the gather is both ranks' values in rank order, the sum theirs.
   const auto base = torch::arange(1000, torch::kFloat32) / 7;
@@ -58,6 +65,8 @@ TEST(CollectiveSpin, PollingWaitsGiveTheSameResultsAsSleepingWaits) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(torch::equal(sleeping[r].first, gathered));
     EXPECT_TRUE(torch::equal(polling[r].first, gathered));
+    EXPECT_TRUE(torch::equal(outlasted[r].first, gathered));
+    EXPECT_TRUE(torch::equal(outlasted[r].second, summed));
     EXPECT_TRUE(torch::equal(sleeping[r].second, summed));
     EXPECT_TRUE(torch::equal(polling[r].second, summed));
   }
