@@ -1,6 +1,7 @@
 // `breakwater plan`: templates, the chosen plan and, with --fail, the reconfigured plan, as
 // tables for people or JSON (--json) for programs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <memory>

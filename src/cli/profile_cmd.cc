@@ -1,6 +1,7 @@
 // `breakwater profile`: layer profiles. `profile synth` writes an analytic profile for a known
 // model and device (plan/synth.h); `profile measure` (LibTorch) is added from its own file.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
 

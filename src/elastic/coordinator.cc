@@ -1,6 +1,7 @@
 #include "elastic/coordinator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 

@@ -1,6 +1,7 @@
 #include "plan/cluster.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 

@@ -1,6 +1,7 @@
 #include "plan/profile.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 

@@ -1,6 +1,7 @@
 #include "plan/reconfigure.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>

@@ -1,6 +1,7 @@
 #include "plan/schedule_aware.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <memory>

@@ -1,6 +1,7 @@
 #include "plan/synth.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace bw::plan {
 

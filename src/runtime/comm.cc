@@ -7,10 +7,11 @@
 #include <condition_variable>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "runtime/gloo_backend.h"
 
 namespace bw::runtime {
 
@@ -127,7 +128,7 @@ class GlooRequest final : public Request {
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, std::string name,
+  GlooTransport(c10::intrusive_ptr<c10d::Backend> group, std::string name,
                 std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort)
       : group_(std::move(group)),
         name_(std::move(name)),
@@ -193,7 +194,7 @@ class GlooTransport final : public Transport {
   }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
   std::string name_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<AbortSignal> abort_;
@@ -204,7 +205,7 @@ struct Join {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::Backend> group;
   std::exception_ptr error;
 };
 
@@ -253,21 +254,18 @@ std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::St
                                                std::chrono::milliseconds timeout,
                                                const std::string& hostname,
                                                std::shared_ptr<AbortSignal> abort) {
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
-  options->threads = 1;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   try {
     if (!abort) {
-      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+      auto group = make_gloo_backend(prefixed, rank, size, timeout, hostname);
       return std::make_unique<GlooTransport>(std::move(group), prefix, timeout, nullptr);
     }
     auto join = std::make_shared<Join>();
-    std::thread thread([join, prefixed, rank, size, options] {
-      c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    std::thread thread([join, prefixed, rank, size, timeout, hostname] {
+      c10::intrusive_ptr<c10d::Backend> group;
       std::exception_ptr error;
       try {
-        group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+        group = make_gloo_backend(prefixed, rank, size, timeout, hostname);
       } catch (...) {
         error = std::current_exception();
       }

@@ -2,12 +2,11 @@
 #include "runtime/optimizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <numbers>
 #include <set>
-#include <sstream>
-#include <type_traits>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -15,19 +14,8 @@
 namespace bw::runtime {
 namespace {
 
-// torch::optim keys its per-parameter state by the TensorImpl: as a string in LibTorch 1.x and
-// as a void* in 2.x. Building the key from the map's own key type compiles against both.
-template <class StateMap>
-auto state_key(const torch::Tensor& p) {
-  using Key = typename std::decay_t<StateMap>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream os;  // what c10::guts::to_string does in 1.x, which 2.x no longer has
-    os << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return os.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
+// torch::optim keys its per-parameter state by the parameter's TensorImpl.
+void* state_key(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 std::string shape_of(const torch::Tensor& t) {
   if (!t.defined()) return "none";
@@ -113,7 +101,7 @@ std::map<std::string, ParamState> Optimizer::get_state() const {
   if (!adamw_) return out;
   const auto& state = adamw_->state();
   for (const auto& [name, p] : params_) {
-    auto it = state.find(state_key<decltype(state)>(p));
+    auto it = state.find(state_key(p));
     if (it == state.end()) continue;
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     out[name] = ParamState{s.exp_avg().clone(), s.exp_avg_sq().clone(), s.step()};
@@ -143,7 +131,7 @@ void Optimizer::set_state(const std::map<std::string, ParamState>& state) {
       throw ConfigError(fmt::format("optimizer state of '{}' has step {} < 0", name, s.step));
     }
     auto& map = adamw_->state();
-    auto key = state_key<decltype(map)>(it->second);
+    auto key = state_key(it->second);
     if (s.step == 0) {
       map.erase(key);
       continue;

@@ -3,6 +3,7 @@
 // three steps and compared with one Worker holding the whole model. Oracle: the single-device
 // Worker on the same data; tolerances as in transparency_test.cc.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>

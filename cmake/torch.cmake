@@ -1,0 +1,77 @@
+# LibTorch for the torch layers (model, data, runtime, elastic) and `breakwater-torch`.
+#
+# Where it comes from, first match wins (docs/build.md):
+#   -DTorch_DIR=<root>/share/cmake/Torch   a libtorch archive or another installation
+#   -DBW_PYTHON=<python>                   a Python whose `torch` package is used
+#   default                                ${PROJECT_SOURCE_DIR}/.venv/bin/python, the virtual
+#                                          environment that scripts/setup.sh makes (torch==2.11.0)
+#
+# Two variants from one tree:
+#   default (CPU)   links libtorch_cpu and libc10 only: a CPU worker never loads libtorch_cuda
+#                   and the CUDA libraries behind it (cuDNN, cuBLAS, NCCL, ...). It needs no CUDA
+#                   toolkit, so TorchConfig.cmake (which looks for one whenever LibTorch was built
+#                   with CUDA) is not used.
+#   -DBW_CUDA=ON    find_package(Torch) as PyTorch documents it: libtorch (CPU and CUDA), c10_cuda,
+#                   and the CUDA toolkit; defines BW_CUDA=1.
+# Both provide the target bw::torch.
+#
+# fmt: LibTorch's headers (c10d, c10/util) include <fmt/...> and the wheel ships the fmt they
+# are written against (12.x) in its include root, which shadows Debian's fmt (9.x) for every file
+# that sees that root. So a build with LibTorch uses that one fmt everywhere, header-only, and
+# links no libfmt (bw::fmt); a pure build (-DBW_WITH_TORCH=OFF) uses Debian's.
+
+option(BW_CUDA "Build the CUDA-capable variant (libtorch_cuda, c10_cuda, NCCL)" OFF)
+set(BW_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+    "Python whose torch package provides LibTorch (also runs the tests' oracles)")
+
+if(Torch_DIR)
+  get_filename_component(BW_TORCH_ROOT "${Torch_DIR}/../../.." ABSOLUTE)
+else()
+  if(NOT EXISTS "${BW_PYTHON}")
+    message(FATAL_ERROR
+      "LibTorch not found: ${BW_PYTHON} does not exist. Run scripts/setup.sh (it makes .venv with "
+      "torch==2.11.0), or pass -DBW_PYTHON=<a python with torch> or -DTorch_DIR=<libtorch>/share/cmake/Torch")
+  endif()
+  execute_process(
+    COMMAND "${BW_PYTHON}" -c "import torch.utils, sys; sys.stdout.write(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE BW_TORCH_CMAKE_PREFIX RESULT_VARIABLE BW_TORCH_RC ERROR_VARIABLE BW_TORCH_ERR)
+  if(NOT BW_TORCH_RC EQUAL 0)
+    message(FATAL_ERROR "LibTorch not found: ${BW_PYTHON} cannot import torch (${BW_TORCH_ERR}). "
+                        "Run scripts/setup.sh, or pass -DBW_PYTHON / -DTorch_DIR")
+  endif()
+  get_filename_component(BW_TORCH_ROOT "${BW_TORCH_CMAKE_PREFIX}/../.." ABSOLUTE)
+  set(Torch_DIR "${BW_TORCH_CMAKE_PREFIX}/Torch" CACHE PATH "LibTorch's CMake package folder" FORCE)
+endif()
+
+file(STRINGS "${BW_TORCH_ROOT}/share/cmake/Torch/TorchConfigVersion.cmake" BW_TORCH_VERSION_LINE
+     REGEX "set\\(PACKAGE_VERSION \"")
+string(REGEX REPLACE ".*\"([^\"]+)\".*" "\\1" BW_TORCH_VERSION "${BW_TORCH_VERSION_LINE}")
+if(BW_TORCH_VERSION VERSION_LESS 2.4)
+  message(FATAL_ERROR "LibTorch ${BW_TORCH_VERSION} at ${BW_TORCH_ROOT} is too old: breakwater "
+                      "needs 2.4 or newer (it is tested on 2.11.0)")
+endif()
+message(STATUS "LibTorch ${BW_TORCH_VERSION}: ${BW_TORCH_ROOT} ")
+
+add_library(bw_torch INTERFACE)
+add_library(bw::torch ALIAS bw_torch)
+if(BW_CUDA)
+  find_package(Torch REQUIRED)
+  target_link_libraries(bw_torch INTERFACE ${TORCH_LIBRARIES})
+  target_compile_definitions(bw_torch INTERFACE BW_CUDA=1)
+else()
+  foreach(lib torch_cpu c10)
+    find_library(BW_LIB_${lib} ${lib} PATHS "${BW_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+    target_link_libraries(bw_torch INTERFACE "${BW_LIB_${lib}}")
+  endforeach()
+  target_include_directories(bw_torch SYSTEM INTERFACE
+      "${BW_TORCH_ROOT}/include" "${BW_TORCH_ROOT}/include/torch/csrc/api/include")
+  target_compile_definitions(bw_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+endif()
+
+# LibTorch's fmt, and only it, for every target (see above).
+set(BW_FMT_INCLUDE "${PROJECT_BINARY_DIR}/fmt-include")
+file(MAKE_DIRECTORY "${BW_FMT_INCLUDE}")
+file(CREATE_LINK "${BW_TORCH_ROOT}/include/fmt" "${BW_FMT_INCLUDE}/fmt" SYMBOLIC)
+add_library(bw_fmt INTERFACE)
+target_include_directories(bw_fmt SYSTEM INTERFACE "${BW_FMT_INCLUDE}")
+target_compile_definitions(bw_fmt INTERFACE FMT_HEADER_ONLY=1)

@@ -1,0 +1,2 @@
+// See ../../README.md: ProcessGroupGloo.hpp includes this; nothing from it is used.
+#pragma once
