@@ -55,6 +55,12 @@ message(STATUS "LibTorch ${BW_TORCH_VERSION}: ${BW_TORCH_ROOT} ")
 add_library(bw_torch INTERFACE)
 add_library(bw::torch ALIAS bw_torch)
 if(BW_CUDA)
+  # breakwater compiles no CUDA code of its own; naming the architecture (Hopper: H100, H200)
+  # keeps TorchConfig from probing for a GPU at configure time, so this variant also configures
+  # and links on a machine with the toolkit and no GPU (CI).
+  if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
+    set(TORCH_CUDA_ARCH_LIST "9.0")
+  endif()
   find_package(Torch REQUIRED)
   target_link_libraries(bw_torch INTERFACE ${TORCH_LIBRARIES})
   target_compile_definitions(bw_torch INTERFACE BW_CUDA=1)

@@ -111,8 +111,9 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   // A skipped step (not finite, train.nonfinite = "skip") says so and counts the skips.
   const std::string skipped =
       s.skipped ? fmt::format("  skipped (not finite; {} so far)", s.skipped_total) : "";
-  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}{}{}", tty ? "\r" : "",
-             bar, done, s.steps, s.loss, s.tokens_per_s, duration(s.eta_s), skipped,
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  MFU {:.1f}%  ETA {}{}{}",
+             tty ? "\r" : "", bar, done, s.steps, s.loss, s.tokens_per_s, 100.0 * s.mfu,
+             duration(s.eta_s), skipped,
              tty ? (done == s.steps || s.skipped ? "\n" : "") : "\n");
   std::fflush(stderr);
 }
@@ -166,6 +167,10 @@ void print_summary(const elastic::RunSummary& s) {
                "skipped steps", s.skipped_steps.size(), fmt::join(s.skipped_steps, ", "));
   }
   fmt::print("{:<28} {:.0f}\n", "tokens/s", s.tokens_per_s);
+  fmt::print("{:<28} {:.3g} TFLOP/s ({}; {:.3g} GFLOP per token)\n", "model FLOP/s",
+             s.flops_per_s / 1e12, s.precision, s.flops_per_token / 1e9);
+  fmt::print("{:<28} {:.1f}% of {:.3g} TFLOP/s per device ({})\n", "MFU", 100.0 * s.mfu,
+             s.peak_flops_per_device / 1e12, s.peak_source);
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
              "compute %");

@@ -30,6 +30,7 @@
 #include "elastic/planning.h"
 #include "elastic/process.h"
 #include "elastic/remote_nodes.h"
+#include "model/flops.h"
 #include "elastic/shard_store.h"
 #include "elastic/store_host.h"
 #include "elastic/supervisor.h"
@@ -130,6 +131,8 @@ class Metrics {
                            {"lr", s.lr},
                            {"step_s", s.step_s},
                            {"tokens_per_s", s.tokens_per_s},
+                           {"flops_per_s", s.flops_per_s},
+                           {"mfu", s.mfu},
                            {"generation", s.generation},
                            {"world", s.world},
                            {"samples", s.samples},
@@ -319,12 +322,29 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   const double tokens_per_step =
       static_cast<double>(runtime::global_batch(config.pipeline)) * model.seq_len;
   summary.first_step = first_step;
+  // Model FLOPs and the devices' peak (model/flops.h): a CPU's peak is measured here, before
+  // the workers start, on as many threads as one worker computes with.
+  const auto precision = model::parse_precision(config.train.precision);
+  summary.precision = model::precision_name(precision);
+  summary.flops_per_token = model::flops_per_token(model);
+  if (precision == model::Precision::kBf16 && !model::cpu_has_native_bf16()) {
+    summary.notes.push_back(
+        "train.precision = \"bf16\" on a CPU without AVX512-BF16 or AMX-BF16: bf16 matmuls are "
+        "emulated (slow path, slower than fp32); use fp32 on this machine for speed");
+  }
+  {
+    const auto peak = model::measure_cpu_peak(precision, config.train.threads_per_worker);
+    summary.peak_flops_per_device = peak.flops_per_s;
+    summary.peak_source = peak.source;
+  }
   const auto t_loop = SteadyClock::now();
   double timed_s = 0;
   int timed_steps = 0;
   auto record_step = [&](StepSummary s) {
     s.steps = steps;
     s.tokens_per_s = tokens_per_step / std::max(s.step_s, 1e-9);
+    s.flops_per_s = s.tokens_per_s * summary.flops_per_token;
+    s.mfu = s.flops_per_s / std::max(1.0, summary.peak_flops_per_device * std::max(1, s.world));
     s.elapsed_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
     // The first step includes start-up (process launch, connections); leave it out of rates.
     if (s.step > first_step || steps - first_step == 1) {
@@ -608,6 +628,9 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   summary.steps_done = steps - first_step;
   for (auto& share : summary.compute_share) share /= std::max(1, summary.steps_done);
   summary.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_s : 0.0;
+  summary.flops_per_s = summary.tokens_per_s * summary.flops_per_token;
+  summary.mfu = summary.flops_per_s / std::max(1.0, summary.peak_flops_per_device *
+                                                        std::max(1, summary.layout.world_size()));
 
   if (config.train.sample_tokens > 0 && !summary.checkpoint.empty()) {
     auto ckpt = runtime::load_checkpoint(summary.checkpoint);

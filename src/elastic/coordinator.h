@@ -35,6 +35,8 @@ struct StepSummary {
   double lr = 0.0;
   double step_s = 0.0;  // wall time of the step seen by the coordinator
   double tokens_per_s = 0.0;
+  double flops_per_s = 0.0;  // model FLOPs (model/flops.h) per second, all devices together
+  double mfu = 0.0;          // flops_per_s / (devices x peak per device)
   double elapsed_s = 0.0;
   double eta_s = 0.0;
   int generation = 0;
@@ -54,6 +56,12 @@ struct RunSummary {
   double final_loss = 0.0;
   double total_s = 0.0;
   double tokens_per_s = 0.0;          // over the run, excluding start-up
+  double flops_per_token = 0.0;       // model FLOPs (model/flops.h)
+  double flops_per_s = 0.0;           // over the run, all devices together
+  double mfu = 0.0;                   // flops_per_s / (devices x peak_flops_per_device)
+  double peak_flops_per_device = 0.0;
+  std::string peak_source;            // the table row or the probe that gave the peak
+  std::string precision;              // train.precision
   std::vector<int64_t> peak_rss_kb;   // per rank
   std::vector<double> compute_share;  // per rank: compute_ms / step_ms, averaged
   std::string checkpoint;             // sidecar path of the final checkpoint

@@ -245,7 +245,7 @@ double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::js
       Incoming in;
       in.layer = layer;
       in.begin = begin;
-      in.flat = torch::empty({3 * (end - begin)}, torch::kFloat32);
+      in.flat = torch::empty({3 * (end - begin)}, cx.state->placement().master());
       in.step = torch::empty({1}, torch::kInt64);
       in.a = world.irecv(in.flat, rank_of(from), tag);
       in.b = world.irecv(in.step, rank_of(from), tag + 1);

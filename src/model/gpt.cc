@@ -73,10 +73,11 @@ class BlockLayer final : public Layer {
     auto h = at::layer_norm(x, {d}, ln1_w_, ln1_b_, kLayerNormEps);
     auto qkv = at::linear(h, qkv_w_, qkv_b_).view({b, t, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4});
     auto q = qkv[0], k = qkv[1], v = qkv[2];  // [b, heads, t, hd]
-    auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
-    att = at::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
-    auto y = at::matmul(att, v).transpose(1, 2).reshape({b, t, d});
+    // Fused causal attention: flash-style kernels on the CPU, flash or cuDNN on a GPU.
+    auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true)
+                 .transpose(1, 2)
+                 .reshape({b, t, d});
     auto x1 = x + at::linear(y, proj_w_, proj_b_);
     auto h2 = at::layer_norm(x1, {d}, ln2_w_, ln2_b_, kLayerNormEps);
     auto m = at::linear(at::gelu(at::linear(h2, fc_w_, fc_b_)), fc2_w_, fc2_b_);
@@ -183,7 +184,10 @@ std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uin
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   const int64_t vocab = logits.size(-1);
-  return at::cross_entropy_loss(logits.reshape({-1, vocab}), targets.reshape({-1}));
+  // In float32 whatever the logits' dtype (bf16 under autocast): softmax over a large vocabulary
+  // and the mean over tokens need its mantissa.
+  return at::cross_entropy_loss(logits.reshape({-1, vocab}).to(torch::kFloat),
+                                targets.reshape({-1}));
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(const Layer& layer) {

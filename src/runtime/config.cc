@@ -138,6 +138,9 @@ std::vector<Section> build_schema() {
              "(docs/multihost.md)")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
+        make("precision", &R::train, &TrainConfig::precision,
+             "\"fp32\", or \"bf16\" mixed precision (bf16 matmuls and activations, fp32 "
+             "master weights, optimizer state, loss and gradients)"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),
         make("min_lr", &R::train, &TrainConfig::min_lr, "learning rate at the end of the cosine"),
         make("warmup_steps", &R::train, &TrainConfig::warmup_steps, "linear warm-up steps"),

@@ -84,6 +84,9 @@ struct TrainConfig {
   // (Megatron-LM's overflow skip), at most skip_limit steps in a row.
   std::string nonfinite = "stop";
   int skip_limit = 5;
+  // "fp32", or "bf16": autocast matmuls and attention, bf16 activations between layers and
+  // stages, fp32 master weights, moments, loss and gradients (model/placement.h).
+  std::string precision = "fp32";
   bool operator==(const TrainConfig&) const = default;
 };
 

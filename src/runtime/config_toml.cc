@@ -231,6 +231,8 @@ void validate(const RunConfig& c) {
   require(t.nonfinite == "stop" || t.nonfinite == "skip", "train.nonfinite", "\"stop\" or \"skip\"",
           "\"" + t.nonfinite + "\"");
   in_range(t.skip_limit, 1, kMaxSkipLimit, "train.skip_limit");
+  require(t.precision == "fp32" || t.precision == "bf16", "train.precision",
+          "\"fp32\" or \"bf16\"", "\"" + t.precision + "\"");
 }
 
 void validate_devices(const RunConfig& c, int64_t devices) {

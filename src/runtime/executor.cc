@@ -23,7 +23,7 @@ double ms_since(Clock::time_point t0) {
 Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
                    std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
                    int microbatch_size, double loss_scale, std::pair<int, int> rows,
-                   StageShards* shards, bool recompute)
+                   StageShards* shards, bool recompute, model::Placement placement)
     : config_(std::move(config)),
       pipeline_(pipeline),
       device_(device),
@@ -35,6 +35,7 @@ Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int 
       shards_(shards),
       sharded_(shards != nullptr && shards->sharded()),
       recompute_(recompute),
+      placement_(placement),
       last_chunk_(pipeline.schedule.num_chunks - 1) {
   BW_CHECK(transport_ != nullptr || pipeline.num_ranks() == 1,
            "a pipeline of {} ranks needs a transport", pipeline.num_ranks());
@@ -143,7 +144,7 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
          ++l) {
       slot.layer_io.emplace_back(x, torch::Tensor());
       if (sharded_) shards_->gather(l);
-      x = layers_.at(l)->forward(x);
+      x = run_layer(l, x);
       if (sharded_) shards_->release(l);
     }
     if (chunk == last_chunk_) {
@@ -165,11 +166,11 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
       // Each layer its own graph, so its backward can run between gathers of its parameters.
       torch::Tensor in = slot.layer_io.empty() ? x : x.detach().requires_grad_(true);
       shards_->gather(l);
-      x = layers_.at(l)->forward(in);
+      x = run_layer(l, in);
       shards_->release(l);
       slot.layer_io.emplace_back(in, x);
     } else {
-      x = layers_.at(l)->forward(x);
+      x = run_layer(l, x);
     }
   }
   if (chunk == last_chunk_) {
@@ -264,6 +265,15 @@ void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::
   }
 }
 
+torch::Tensor Executor::run_layer(int l, const torch::Tensor& x) {
+  model::AutocastGuard autocast(placement_);
+  torch::Tensor y = layers_.at(l)->forward(x);
+  if (model::layer_kind(config_, l) != model::LayerKind::kHead && y.scalar_type() != placement_.compute_dtype) {
+    y = y.to(placement_.compute_dtype);
+  }
+  return y;
+}
+
 double Executor::rows_scale() const {
   return loss_scale_ * (rows_.second - rows_.first) / static_cast<double>(microbatch_size_);
 }
@@ -282,7 +292,7 @@ void Executor::recompute_backward(Slot& slot, int chunk, const std::vector<torch
       shards_->gather(l);
       shards_->prepare_gradients(l);
     }
-    torch::Tensor out = layers_.at(l)->forward(in);
+    torch::Tensor out = run_layer(l, in);
     if (chunk == last_chunk_ && i == last) out = model::lm_loss(out, slot.targets) * rows_scale();
     if (grad.defined()) {
       torch::autograd::backward({out}, {grad});
@@ -331,7 +341,7 @@ StepStats Executor::run_step(const BatchFn& batch) {
         auto& list = recvs_[{fwd ? kForward : kBackward, c, m}];
         for (const auto& peer : peers(fwd ? c - 1 : c + 1)) {
           auto buf = torch::empty(chunk_output_shape(fwd ? c - 1 : c, peer.end - peer.begin),
-                                  torch::kFloat32);
+                                  placement_.activations());
           list.emplace_back(
               transport_->irecv(buf, peer.rank, tag(fwd ? kForward : kBackward, c, m)), buf);
         }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/placement.h"
 #include "runtime/comm.h"
 #include "runtime/layout.h"
 
@@ -74,7 +75,8 @@ class Executor {
   Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
            std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
            int microbatch_size, double loss_scale, std::pair<int, int> rows = {0, 0},
-           class StageShards* shards = nullptr, bool recompute = false);
+           class StageShards* shards = nullptr, bool recompute = false,
+           model::Placement placement = {});
 
   StepStats run_step(const BatchFn& batch);
   void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -110,6 +112,9 @@ class Executor {
   std::vector<int64_t> chunk_output_shape(int chunk, int rows) const;
   std::vector<torch::Tensor> chunk_parameters(int chunk) const;
   bool local(int chunk) const;
+  // Layer l's forward under the placement's autocast; every output but the head's logits leaves
+  // in the compute dtype (bf16: the activation between layers and stages).
+  torch::Tensor run_layer(int l, const torch::Tensor& x);
 
   model::GptConfig config_;
   const PipelineLayout& pipeline_;
@@ -122,6 +127,7 @@ class Executor {
   StageShards* shards_;
   bool sharded_;
   bool recompute_;
+  model::Placement placement_;
   int last_chunk_;
 
   std::map<Key, Slot> slots_;

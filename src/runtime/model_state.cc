@@ -18,7 +18,10 @@ uint64_t fnv1a(const std::vector<torch::Tensor>& tensors, uint64_t h) {
 }
 
 ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed)
-    : train_(train), model_(std::move(model)), seed_(seed) {}
+    : train_(train),
+      model_(std::move(model)),
+      seed_(seed),
+      placement_(model::Placement::cpu(model::parse_precision(train.precision))) {}
 
 std::vector<int> ModelState::layers() const {
   std::vector<int> out;
@@ -65,7 +68,7 @@ void ModelState::assemble(int layer, int64_t begin, int64_t end, bool whole,
   BW_CHECK(0 <= begin && begin < end && end <= n, "range [{}, {}) of layer {} ({} values)", begin,
            end, layer, n);
   const int64_t k = end - begin;
-  auto flat = torch::empty({3 * k}, torch::kFloat32);
+  auto flat = torch::empty({3 * k}, placement_.master());
   std::vector<char> covered(static_cast<size_t>(k), 0);
   int64_t step = -1;
   auto put = [&](int64_t at, const LayerState& piece) {
@@ -102,7 +105,7 @@ void ModelState::assemble(int layer, int64_t begin, int64_t end, bool whole,
   s.param = flat.narrow(0, 0, k).clone();
   s.exp_avg = flat.narrow(0, k, k).clone();
   s.exp_avg_sq = flat.narrow(0, 2 * k, k).clone();
-  s.grad = torch::zeros({k}, torch::kFloat32);
+  s.grad = torch::zeros({k}, placement_.master());
   s.step = step;
   shards_[layer] = std::move(s);
 }
@@ -131,10 +134,10 @@ void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {
   Shard s;
   s.begin = begin;
   s.end = end;
-  s.param = torch::empty({end - begin}, torch::kFloat32);
-  s.exp_avg = torch::zeros({end - begin}, torch::kFloat32);
-  s.exp_avg_sq = torch::zeros({end - begin}, torch::kFloat32);
-  s.grad = torch::zeros({end - begin}, torch::kFloat32);
+  s.param = torch::empty({end - begin}, placement_.master());
+  s.exp_avg = torch::zeros({end - begin}, placement_.master());
+  s.exp_avg_sq = torch::zeros({end - begin}, placement_.master());
+  s.grad = torch::zeros({end - begin}, placement_.master());
   {
     torch::NoGradGuard no_grad;
     auto full = model::build_layer(model_, layer, seed_);
@@ -194,8 +197,8 @@ LayerState ModelState::export_layer(int layer) const {
     params.push_back(p.detach().reshape({-1}));
     auto it = state.find(checkpoint_tensor_name(layer, name));
     if (it == state.end()) {
-      avg.push_back(torch::zeros({p.numel()}, torch::kFloat32));
-      avg_sq.push_back(torch::zeros({p.numel()}, torch::kFloat32));
+      avg.push_back(torch::zeros({p.numel()}, placement_.master()));
+      avg_sq.push_back(torch::zeros({p.numel()}, placement_.master()));
       BW_CHECK(step <= 0, "layer {}: parameter {} has no AdamW state, others do", layer, name);
       step = 0;
     } else {

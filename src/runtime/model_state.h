@@ -4,7 +4,7 @@
 // generation's layout around the same ModelState, so a reconfiguration never touches a surviving
 // layer's bytes.
 //
-// A layer can be exported as one flat float32 tensor [parameters..., exp_avg..., exp_avg_sq...]
+// A layer can be exported as one flat master-dtype (float32) tensor [parameters..., exp_avg..., exp_avg_sq...]
 // (parameter order of model::Layer::parameter_list) plus its AdamW step count, imported from that
 // on another worker, and dropped. Import then export is the identity, bit for bit, so a layer
 // received during state transfer is a bitwise replica of its source.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/placement.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/optimizer.h"
@@ -30,7 +31,7 @@
 namespace bw::runtime {
 
 struct LayerState {
-  torch::Tensor flat;  // float32 [3 * parameters of the layer]
+  torch::Tensor flat;  // master dtype (float32) [3 * parameters of the layer]
   int64_t adam_step = 0;
 };
 
@@ -50,6 +51,9 @@ class ModelState {
   ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed);
 
   const model::GptConfig& model() const { return model_; }
+  // Device and dtypes of this worker (train.precision): master weights, moments and the flat
+  // export are in placement().master_dtype.
+  const model::Placement& placement() const { return placement_; }
   // Whether the layer is held whole (holds) or as a shard (holds_shard); layers() lists both.
   bool holds(int layer) const { return layers_.count(layer) > 0; }
   bool holds_shard(int layer) const { return shards_.count(layer) > 0; }
@@ -107,6 +111,7 @@ class ModelState {
   TrainConfig train_;
   model::GptConfig model_;
   uint64_t seed_;
+  model::Placement placement_;
   std::map<int, std::shared_ptr<model::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::map<std::string, ParamState> pending_state_;  // state to install at the next rebuild

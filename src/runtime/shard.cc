@@ -109,13 +109,13 @@ torch::Tensor StageShards::gather_flat(const torch::Tensor& slice, int layer) {
   const int w = group_->size();
   const int64_t max = split_range(n, w, 0).second;  // the first pieces are the largest
   if (n % w == 0) {  // equal pieces: gathered straight into the result
-    auto out = torch::empty({n}, torch::kFloat32);
+    auto out = torch::empty({n}, state_.placement().master());
     group_->allgather(slice.contiguous(), out);
     return out;
   }
-  auto in = torch::zeros({max}, torch::kFloat32);
+  auto in = torch::zeros({max}, state_.placement().master());
   in.narrow(0, 0, slice.numel()).copy_(slice);
-  auto out = torch::empty({max * w}, torch::kFloat32);
+  auto out = torch::empty({max * w}, state_.placement().master());
   group_->allgather(in, out);
   std::vector<torch::Tensor> parts;
   for (int j = 0; j < w; ++j) {
@@ -150,12 +150,12 @@ void StageShards::gather(int layer) {
   const int64_t n = model::num_parameters(state_.model(), layer);
   const int w = group_->size();
   const int64_t max = split_range(n, w, 0).second;
-  auto flat = torch::empty({max * w}, torch::kFloat32);
+  auto flat = torch::empty({max * w}, state_.placement().master());
   const auto& slice = state_.shard(layer).param;
   if (slice.numel() == max) {
     group_->allgather(slice.contiguous(), flat);
   } else {
-    auto in = torch::zeros({max}, torch::kFloat32);
+    auto in = torch::zeros({max}, state_.placement().master());
     in.narrow(0, 0, slice.numel()).copy_(slice);
     group_->allgather(in, flat);
   }
@@ -180,7 +180,7 @@ void StageShards::prepare_gradients(int layer) {
   torch::NoGradGuard no_grad;
   const int64_t n = model::num_parameters(state_.model(), layer);
   auto& flat = grad_buffer_[layer];
-  flat = torch::zeros({n}, torch::kFloat32);
+  flat = torch::zeros({n}, state_.placement().master());
   int64_t offset = 0;
   for (const auto& [name, p] : compute_.at(layer)->parameter_list()) {
     p.mutable_grad() = flat.narrow(0, offset, p.numel()).view(p.sizes());

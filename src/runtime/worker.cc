@@ -153,7 +153,7 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   executor_ =
       std::make_unique<Executor>(model, pl, device_, layers, world_.get(), layout_.microbatch_size,
                                  loss_scale, layout_.sample_range(rank), shards_.get(),
-                                 config.pipeline.recompute == "full");
+                                 config.pipeline.recompute == "full", state_.placement());
   if (hook_) executor_->set_hook(hook_);
   sync_ =
       std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get());

@@ -194,6 +194,7 @@ TEST(RunConfig, ToTomlRoundTrips) {
   grid[3].cluster = {16, 8, "cuda", "nccl", 80.0};
   grid[3].elastic = {29500, 2.5, 1e3};
   grid[4].train = {1, 1.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 4, 7, "o", 5, "r/ckpt.json", 3, 0};
+  grid[4].train.precision = "bf16";
   grid[5].pipeline.pipelines = {1};
   grid[5].pipeline.fault_tolerance = 0;
   grid[5].pipeline.profile = "p\u00e9.json";
