@@ -34,7 +34,7 @@ Cluster cluster_of(int nodes, int g, double memory_gb) {
 // (b = 1: no stage can be sharded; b = 8: stages may shard over all 8 devices of a node).
 Profile gpt3(int blocks, int microbatch_size = 1) {
   ModelSpec m = find_model("gpt3-175b");
-  m.num_blocks = blocks;
+  m.n_blocks = blocks;
   return synthesize_profile(m, find_device("a100"), microbatch_size);
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "plan/synth.h"
 
 namespace bw::forecast {
 
@@ -54,35 +55,27 @@ std::optional<double> TableModel::step_ms(int nodes, Arrangement) {
 }
 
 GptSpec gpt3_preset(const std::string& name) {
-  // Brown et al., "Language Models are Few-Shot Learners", table 2.1 (n_layers, d_model).
-  static const std::vector<GptSpec> kPresets = {
-      {"gpt3-125m", 12, 768},  {"gpt3-350m", 24, 1024},  {"gpt3-760m", 24, 1536},
-      {"gpt3-1.3b", 24, 2048}, {"gpt3-2.7b", 32, 2560},  {"gpt3-6.7b", 32, 4096},
-      {"gpt3-13b", 40, 5140},  {"gpt3-175b", 96, 12288},
-  };
-  // The planner's names for the same models (plan/synth.h).
-  static const std::vector<std::pair<std::string, std::string>> kAliases = {
-      {"gpt3-small", "gpt3-125m"},
-      {"gpt3-medium", "gpt3-350m"},
-      {"gpt3-large", "gpt3-760m"},
-      {"gpt3-xl", "gpt3-1.3b"}};
-  std::string wanted = name;
-  for (const auto& [alias, canonical] : kAliases) {
-    if (alias == name) wanted = canonical;
-  }
+  // Brown et al., "Language Models are Few-Shot Learners", table 2.1, by parameter count; the
+  // planner's table holds the shapes.
+  static const std::vector<std::pair<std::string, std::string>> kPresets = {
+      {"gpt3-125m", "gpt3-small"}, {"gpt3-350m", "gpt3-medium"}, {"gpt3-760m", "gpt3-large"},
+      {"gpt3-1.3b", "gpt3-xl"},    {"gpt3-2.7b", "gpt3-2.7b"},   {"gpt3-6.7b", "gpt3-6.7b"},
+      {"gpt3-13b", "gpt3-13b"},    {"gpt3-175b", "gpt3-175b"}};
   std::string known;
-  for (const auto& p : kPresets) {
-    if (p.name == wanted) return p;
-    known += (known.empty() ? "" : ", ") + p.name;
+  for (const auto& [preset, planner_name] : kPresets) {
+    if (name == preset || name == planner_name) {
+      GptSpec spec = plan::find_model(planner_name);
+      spec.name = preset;
+      return spec;
+    }
+    known += (known.empty() ? "" : ", ") + preset;
   }
   throw ConfigError(fmt::format("unknown model '{}'; choose one of {}", name, known));
 }
 
 AnalyticGptModel::AnalyticGptModel(GptSpec spec, AnalyticCluster cluster)
     : spec_(std::move(spec)), cluster_(cluster) {
-  if (spec_.layers <= 0 || spec_.hidden <= 0 || spec_.seq_len <= 0) {
-    throw ConfigError(fmt::format("model {}: layers, hidden and seq_len must be > 0", spec_.name));
-  }
+  spec_.validate();
   if (cluster_.devices_per_node <= 0 || !(cluster_.device_tflops > 0) ||
       !(cluster_.device_memory_gb > 0) || cluster_.microbatches <= 0 ||
       cluster_.microbatch_size <= 0) {
@@ -90,18 +83,21 @@ AnalyticGptModel::AnalyticGptModel(GptSpec spec, AnalyticCluster cluster)
         "cluster: devices per node, device TFLOP/s, device memory, microbatches and microbatch "
         "size must all be > 0");
   }
-  const double L = spec_.layers, h = spec_.hidden, s = spec_.seq_len;
-  params_ = 12.0 * L * h * h + 13.0 * L * h + (spec_.vocab + s) * h;
-  // Forward+backward FLOPs of one sample: 6 per parameter per token (Kaplan et al. 2020) plus
-  // the attention score/value products, 12 * L * h * s^2.
-  const double flops = 6.0 * params_ * s + 12.0 * L * h * s * s;
+  params_ = static_cast<double>(spec_.held_parameters());
+  // Forward+backward model FLOPs of one sample (PaLM appendix B).
+  const double s = static_cast<double>(spec_.seq_len);
+  const double flops = spec_.flops_per_token() * s;
   microbatch_ms_ = flops * cluster_.microbatch_size / (cluster_.device_tflops * 1e12) * 1e3;
-  // Memory: 16 B of state per parameter spread over the pipeline's devices, plus the stashed
-  // layer inputs (bf16, activation recomputation) of the microbatches in flight on stage 0.
-  const double act_bytes = L * 2.0 * s * h * cluster_.microbatch_size;
+  // Memory: the state of the parameters a pipeline holds (the head's copy of the tied embedding
+  // too) spread over its devices, plus the stashed block inputs (bf16, full recomputation) of the
+  // microbatches in flight on stage 0.
+  const shape::ActivationOptions stashed{shape::Precision::kBf16, shape::Recompute::kFull};
+  const double act_bytes = static_cast<double>(spec_.n_blocks) *
+                           spec_.activation_bytes_per_sample(1, stashed) * cluster_.microbatch_size;
   const double usable = 0.9 * cluster_.device_memory_gb * 1e9 - act_bytes;
   const int g = cluster_.devices_per_node;
-  n0_ = usable > 0 ? std::max(1, static_cast<int>(std::ceil(16.0 * params_ / (usable * g)))) : -1;
+  const double state = shape::state_bytes_per_parameter(shape::Precision::kBf16) * params_;
+  n0_ = usable > 0 ? std::max(1, static_cast<int>(std::ceil(state / (usable * g)))) : -1;
 }
 
 double AnalyticGptModel::samples_per_step() const {
@@ -117,7 +113,7 @@ double AnalyticGptModel::state_bytes_per_node(int nodes) const {
   // A node of an average-sized pipeline: the model's state over that pipeline's nodes.
   const int per_pipeline = std::max(n0_, 1);
   (void)nodes;
-  return 16.0 * params_ / per_pipeline;
+  return shape::state_bytes_per_parameter(shape::Precision::kBf16) * params_ / per_pipeline;
 }
 
 std::optional<double> AnalyticGptModel::step_ms(int nodes, Arrangement arrangement) {
@@ -132,7 +128,7 @@ std::optional<double> AnalyticGptModel::step_ms(int nodes, Arrangement arrangeme
 double AnalyticGptModel::step_for(int nodes, Arrangement arrangement) const {
   const int g = cluster_.devices_per_node;
   // A pipeline has at most one device per layer.
-  const int p_max = std::max(n0_, spec_.layers / g);
+  const int p_max = std::max(n0_, static_cast<int>(spec_.n_blocks) / g);
   const int B = cluster_.microbatches;
   double best = INFINITY;
   if (arrangement == Arrangement::kUniform) {

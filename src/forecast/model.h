@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "shape/shape.h"
+
 namespace bw::forecast {
 
 enum class Arrangement { kTemplates, kUniform };
@@ -70,21 +72,16 @@ class TableModel final : public ThroughputModel {
   int min_nodes_;
 };
 
-// GPT-3 family (Brown et al. 2020, table 2.1) on a cluster, from first principles: FLOPs per
-// sample 6 * params * tokens (plus attention), a sustained per-device FLOP rate, 1F1B pipelines
-// whose step is (B_i + P_i - 1) microbatch-stage times, and pipelines that need enough nodes to
-// hold 16 bytes of state per parameter (fp32 weights, gradients and Adam moments) in device
-// memory. Communication is ignored: a stand-in for the planner (plan/) until it is linked.
-struct GptSpec {
-  std::string name;
-  int layers = 0;
-  int hidden = 0;
-  int seq_len = 2048;
-  int vocab = 50257;
-};
+// GPT-3 family (Brown et al. 2020, table 2.1) on a cluster, from first principles: model FLOPs
+// per sample (shape/shape.h: PaLM's 6 N + 12 L H Q T per token), a sustained per-device FLOP
+// rate, 1F1B pipelines whose step is (B_i + P_i - 1) microbatch-stage times, and pipelines that
+// need enough nodes to hold the state of every parameter a pipeline holds (16 bytes: fp32
+// weights, gradients and Adam moments, in bf16 mixed precision too) in device memory.
+// Communication is ignored: a stand-in for the planner (plan/) until it is linked.
+using GptSpec = shape::TransformerShape;
 // "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b",
-// "gpt3-175b" (also the planner's names gpt3-small, -medium, -large, -xl); ConfigError listing
-// them otherwise.
+// "gpt3-175b" (also the planner's names gpt3-small, -medium, -large, -xl): the planner's shapes
+// (plan/synth.h); ConfigError listing them otherwise.
 GptSpec gpt3_preset(const std::string& name);
 
 struct AnalyticCluster {
@@ -103,6 +100,7 @@ class AnalyticGptModel final : public ThroughputModel {
   double samples_per_step() const override;
   double state_bytes_per_node(int nodes) const override;
 
+  // Parameters one pipeline holds (the head's copy of the tied embedding included).
   double params() const { return params_; }
   int min_nodes_per_pipeline() const { return n0_; }
   // Time of one step of `microbatches` on one pipeline of `nodes` nodes.

@@ -36,6 +36,7 @@
 
 #include "plan/cluster.h"
 #include "plan/profile.h"
+#include "shape/shape.h"
 
 namespace bw::plan {
 
@@ -47,11 +48,15 @@ struct StageShape {
   auto operator<=>(const StageShape&) const = default;
 };
 
+// Bytes of parameter, gradient and AdamW state per byte of fp32 parameters (profiles give
+// param_bytes at 4 bytes a parameter): 16 / 4, in fp32 and bf16 mixed precision alike.
+inline constexpr double kStateBytesPerParamByte =
+    shape::state_bytes_per_parameter(shape::Precision::kFp32) / shape::kParameterBytes;
+
 struct CostOptions {
   int microbatches = 1;  // m the pipeline is evaluated at
-  // Per-device bytes of parameters, gradients and optimizer state per byte of parameters:
-  // 4 = fp32 weights + fp32 grads + two fp32 AdamW moments.
-  double state_bytes_per_param_byte = 4;
+  // Per-device bytes of parameters, gradients and optimizer state per byte of parameters.
+  double state_bytes_per_param_byte = kStateBytesPerParamByte;
   // Most devices one stage may span (1 = no sharding); 0 = the node's device count g. Stages
   // never span more than g devices, nor more than the profile's microbatch size.
   int max_stage_devices = 0;

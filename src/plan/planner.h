@@ -20,7 +20,7 @@ inline constexpr int kMaxPlanMicrobatches = 1 << 20;
 
 struct PlannerOptions {
   std::optional<int> template_microbatches;  // m; default as above
-  double state_bytes_per_param_byte = 4;
+  double state_bytes_per_param_byte = kStateBytesPerParamByte;
   int max_stage_devices = 0;  // widest stage (1 = no sharding); 0 = devices per node
   bool recompute = false;     // activation recomputation (CostOptions::recompute)
   int threads = 1;

@@ -40,7 +40,7 @@ schedule::ScheduleSpec schedule_spec(const Template& t, int microbatches);
 // nullopt. `recompute`: activation recomputation, as CostOptions::recompute.
 // `work`, when given, counts the simulated slots (plan_cost.h); it must outlive the evaluator.
 ScheduleEvaluator simulator_evaluator(const Profile& profile, const Cluster& cluster,
-                                      double state_bytes_per_param_byte = 4,
+                                      double state_bytes_per_param_byte = kStateBytesPerParamByte,
                                       bool recompute = false, PlanWork* work = nullptr);
 
 }  // namespace bw::plan

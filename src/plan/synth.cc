@@ -7,14 +7,24 @@ namespace bw::plan {
 
 const std::vector<ModelSpec>& known_models() {
   // GPT-3 sizes from Brown et al. 2020, table 2.1 (sequence 2048, GPT-2 vocabulary); BERT-large
-  // from Devlin et al. 2019 (sequence 512).
-  static const std::vector<ModelSpec> models = {
-      {"gpt3-small", 12, 768, 12, 2048, 50257},  {"gpt3-medium", 24, 1024, 16, 2048, 50257},
-      {"gpt3-large", 24, 1536, 16, 2048, 50257}, {"gpt3-xl", 24, 2048, 16, 2048, 50257},
-      {"gpt3-2.7b", 32, 2560, 32, 2048, 50257},  {"gpt3-6.7b", 32, 4096, 32, 2048, 50257},
-      {"gpt3-13b", 40, 5140, 40, 2048, 50257},   {"gpt3-175b", 96, 12288, 96, 2048, 50257},
-      {"bert-large", 24, 1024, 16, 512, 30522},
-  };
+  // from Devlin et al. 2019 (sequence 512), costed as a stack of GPT-shaped blocks of its size.
+  // The table gives GPT-3 13B d_model 5140, which its 40 heads of d_head 128 contradict: 5120.
+  static const std::vector<ModelSpec> models = [] {
+    std::vector<ModelSpec> m;
+    const struct {
+      const char* name;
+      int64_t blocks, hidden, heads, seq_len, vocab;
+    } table[] = {
+        {"gpt3-small", 12, 768, 12, 2048, 50257},  {"gpt3-medium", 24, 1024, 16, 2048, 50257},
+        {"gpt3-large", 24, 1536, 16, 2048, 50257}, {"gpt3-xl", 24, 2048, 16, 2048, 50257},
+        {"gpt3-2.7b", 32, 2560, 32, 2048, 50257},  {"gpt3-6.7b", 32, 4096, 32, 2048, 50257},
+        {"gpt3-13b", 40, 5120, 40, 2048, 50257},   {"gpt3-175b", 96, 12288, 96, 2048, 50257},
+        {"bert-large", 24, 1024, 16, 512, 30522},
+    };
+    for (const auto& r : table)
+      m.push_back(shape::gpt2_shape(r.name, r.vocab, r.seq_len, r.hidden, r.heads, r.blocks));
+    return m;
+  }();
   return models;
 }
 
@@ -54,51 +64,36 @@ DeviceSpec find_device(const std::string& name) {
 Profile synthesize_profile(const ModelSpec& m, const DeviceSpec& dev, int microbatch_size) {
   if (microbatch_size < 1)
     throw ConfigError(fmt::format("microbatch size must be >= 1, got {}", microbatch_size));
-  const double b = microbatch_size, s = m.seq_len, h = m.hidden, a = m.heads, v = m.vocab;
+  m.validate();
+  const double b = microbatch_size, tokens = b * static_cast<double>(m.seq_len);
   const double flops_per_ms = dev.peak_tflops * 1e12 * dev.efficiency / 1e3;
-  const double fp16 = 2, fp32 = 4;
+  // As Megatron trained these models: fp16 activations, dropout, attention scores written out.
+  const shape::ActivationOptions megatron{shape::Precision::kBf16, shape::Recompute::kNone,
+                                          shape::Attention::kWrittenOut, /*dropout=*/true};
   Profile p;
   p.model = m.name;
   p.microbatch_size = microbatch_size;
   p.device = dev.name;
-
-  // Token + position embedding: a gather, costed as one pass over its output.
-  LayerProfile emb;
-  emb.name = "embedding";
-  emb.forward_ms = 2 * b * s * h / flops_per_ms;
-  emb.backward_ms = 2 * emb.forward_ms;
-  emb.backward_input_ms = emb.forward_ms;
-  emb.backward_weight_ms = emb.forward_ms;
-  emb.activation_bytes = b * s * 8;  // token ids
-  emb.output_bytes = b * s * h * fp16;
-  emb.param_bytes = (v + s) * h * fp32;
-  p.layers.push_back(emb);
-
-  for (int i = 0; i < m.num_blocks; ++i) {
-    LayerProfile blk;
-    blk.name = fmt::format("block{}", i);
-    const double fwd_flops = 24 * b * s * h * h + 4 * b * s * s * h;
-    blk.forward_ms = fwd_flops / flops_per_ms;
-    blk.backward_ms = 2 * blk.forward_ms;
-    blk.backward_input_ms = blk.forward_ms;
-    blk.backward_weight_ms = blk.forward_ms;
-    blk.activation_bytes = s * b * h * (34 + 5 * a * s / h);
-    blk.output_bytes = b * s * h * fp16;
-    blk.param_bytes = (12 * h * h + 13 * h) * fp32;
-    p.layers.push_back(blk);
+  for (int l = 0; l < m.num_layers(); ++l) {
+    LayerProfile layer;
+    const shape::LayerKind kind = m.layer_kind(l);
+    layer.name = kind == shape::LayerKind::kEmbedding ? "embedding"
+                 : kind == shape::LayerKind::kHead    ? "head"
+                                                      : fmt::format("block{}", l - 1);
+    // A third of the model FLOPs is forward; the embedding has none and is costed as one pass
+    // over its output.
+    const double forward_flops = kind == shape::LayerKind::kEmbedding
+                                     ? 2 * tokens * static_cast<double>(m.d_model)
+                                     : m.layer_flops_per_token(l) / 3 * tokens;
+    layer.forward_ms = forward_flops / flops_per_ms;
+    layer.backward_ms = 2 * layer.forward_ms;
+    layer.backward_input_ms = layer.forward_ms;
+    layer.backward_weight_ms = layer.forward_ms;
+    layer.activation_bytes = b * m.activation_bytes_per_sample(l, megatron);
+    layer.output_bytes = b * m.output_bytes_per_sample(l, megatron.precision);
+    layer.param_bytes = shape::kParameterBytes * static_cast<double>(m.layer_parameters(l));
+    p.layers.push_back(layer);
   }
-
-  // Final layer norm + language-model head + loss.
-  LayerProfile head;
-  head.name = "head";
-  head.forward_ms = 2 * b * s * h * v / flops_per_ms;
-  head.backward_ms = 2 * head.forward_ms;
-  head.backward_input_ms = head.forward_ms;
-  head.backward_weight_ms = head.forward_ms;
-  head.activation_bytes = b * s * h * fp16 + b * s * v * (fp16 + fp32);
-  head.output_bytes = 0;
-  head.param_bytes = (v * h + 2 * h) * fp32;
-  p.layers.push_back(head);
   return p;
 }
 

@@ -1,27 +1,26 @@
 // Analytic profiles for paper-scale models (GPT-3 family, BERT-large) on named devices.
 //
-// A transformer block of hidden size h at sequence length s and microbatch b does
-// 24*b*s*h^2 + 4*b*s^2*h forward FLOPs (Narayanan et al., SC'21), backward twice that; time is
-// FLOPs / (peak rate * efficiency). Parameters 12*h^2 + 13*h per block; activations kept for
-// backward s*b*h*(34 + 5*a*s/h) bytes in fp16 (Korthikanti et al., 2022); the block's output
-// s*b*h*2 bytes. Embedding and head layers are added at the ends. Formulas in docs/profiles.md.
+// Every number comes from the model's shape (shape/shape.h): a layer's forward FLOPs are a third
+// of its model FLOPs (PaLM appendix B; a block of hidden size h at sequence s and microbatch b
+// does 24bsh^2 + 26bsh + 4bs^2h, Narayanan et al.'s SC'21 count plus the norms and biases),
+// backward twice that; time is FLOPs / (peak rate * efficiency). Parameters as the layers hold
+// them (the head holds its copy of the tied embedding); activations as Megatron trained these
+// models, fp16 with dropout and the attention scores written out, which for a block is
+// s*b*h*(34 + 5*a*s/h) bytes (Korthikanti et al., 2022); a layer's output s*b*h*2 bytes. The
+// embedding, a gather, is costed as one pass over its output. Formulas in docs/profiles.md.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "plan/profile.h"
+#include "shape/shape.h"
 
 namespace bw::plan {
 
-struct ModelSpec {
-  std::string name;
-  int num_blocks = 0;
-  int hidden = 0;
-  int heads = 0;
-  int seq_len = 0;
-  int vocab = 0;
-};
+// A model of the table below: its shape (gpt2 family: learned positions, LayerNorm, biases,
+// GELU MLP of 4 h, tied embeddings).
+using ModelSpec = shape::TransformerShape;
 
 struct DeviceSpec {
   std::string name;

@@ -29,8 +29,8 @@ TEST(TableModel, TakesTheNextLowerEntry) {
 }
 
 TEST(Gpt3Presets, KnownAndUnknown) {
-  EXPECT_EQ(gpt3_preset("gpt3-6.7b").hidden, 4096);
-  EXPECT_EQ(gpt3_preset("gpt3-175b").layers, 96);
+  EXPECT_EQ(gpt3_preset("gpt3-6.7b").d_model, 4096);
+  EXPECT_EQ(gpt3_preset("gpt3-175b").n_blocks, 96);
   EXPECT_THROW(gpt3_preset("gpt5"), ConfigError);
 }
 
@@ -44,7 +44,8 @@ TEST_P(AnalyticGrid, MatchesClosedFormsAndPrefersTemplates) {
   const int n0 = m.min_nodes_per_pipeline();
   ASSERT_GE(n0, 1);
   // Memory rule: n0 nodes hold the 16 B/parameter state, n0 - 1 do not.
-  const double act = gpt3_preset(name).layers * 2.0 * 2048 * gpt3_preset(name).hidden;
+  const double act =
+      double(gpt3_preset(name).n_blocks) * 2.0 * 2048 * double(gpt3_preset(name).d_model);
   const double usable = 0.9 * 80e9 - act;
   EXPECT_LE(16 * m.params() / (n0 * 8.0), usable);
   if (n0 > 1) EXPECT_GT(16 * m.params() / ((n0 - 1) * 8.0), usable);

@@ -30,17 +30,18 @@ TEST(Synth, TimesFollowFlopsAndDeviceRate) {
   for (int b : {1, 4}) {
     Profile a = synthesize_profile(m, find_device("a100"), b);
     Profile h = synthesize_profile(m, find_device("h100"), b);
-    ASSERT_EQ(a.num_layers(), m.num_blocks + 2);
+    ASSERT_EQ(a.num_layers(), m.n_blocks + 2);
     const auto& blk = a.layers[1];
-    double flops = 24.0 * b * m.seq_len * m.hidden * double(m.hidden) +
-                   4.0 * b * m.seq_len * double(m.seq_len) * m.hidden;
+    // A third of PaLM's 6 N + 12 L H Q T per token: Narayanan et al.'s 24bsh^2 + 4bs^2h and
+    // 2 FLOPs per token for each of the block's 13h norm and bias parameters.
+    const double s = double(m.seq_len), d = double(m.d_model);
+    double flops = 24.0 * b * s * d * d + 26.0 * b * s * d + 4.0 * b * s * s * d;
     EXPECT_NEAR(blk.forward_ms, flops / (312e12 * 0.5) * 1e3, 1e-9 * blk.forward_ms);
     EXPECT_DOUBLE_EQ(blk.backward_ms, 2 * blk.forward_ms);
     EXPECT_NEAR(a.layers[1].forward_ms / h.layers[1].forward_ms, (989 * 0.45) / (312 * 0.5), 1e-9);
     // Korthikanti et al.: s*b*h*(34 + 5*a*s/h) bytes.
-    EXPECT_NEAR(blk.activation_bytes,
-                double(m.seq_len) * b * m.hidden * (34 + 5.0 * m.heads * m.seq_len / m.hidden), 1);
-    EXPECT_DOUBLE_EQ(blk.output_bytes, 2.0 * b * m.seq_len * m.hidden);
+    EXPECT_NEAR(blk.activation_bytes, s * b * d * (34 + 5.0 * double(m.n_heads) * s / d), 1);
+    EXPECT_DOUBLE_EQ(blk.output_bytes, 2.0 * b * s * d);
   }
 }
 
