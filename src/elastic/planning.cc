@@ -431,7 +431,8 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
     for (int pi = 0; pi < static_cast<int>(layout.pipelines.size()); ++pi) {
       for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
         const double need =
-            estimate_device_bytes(layout, model, pi, d, config.pipeline.recompute == "full");
+            estimate_device_bytes(layout, model, pi, d, config.pipeline.recompute == "full",
+                                  model::parse_precision(config.train.precision));
         if (need > limit) {
           const int r = layout.pipelines[pi].stage_first_rank(d);
           throw ConfigError(fmt::format(
@@ -475,37 +476,30 @@ runtime::RunLayout single_device_layout(const runtime::RunConfig& config,
 }
 
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
-                             int pipeline, int device, bool recompute) {
+                             int pipeline, int device, bool recompute,
+                             model::Precision precision) {
   const auto& pl = layout.pipelines[pipeline];
   const int rank = pl.stage_first_rank(device);
   const int width = pl.widths[device];
-  // Recomputing, a microbatch in flight keeps each layer's input (token ids for the embedding,
-  // [mbs, T, d] otherwise) and one layer's activations exist while it runs again.
+  // Every byte count comes from the model's shape (shape/shape.h): per parameter, the state of
+  // the precision (16 bytes: fp32 parameter, gradient and AdamW moments) plus bf16's weight copy
+  // saved for backward; per sample, what each layer keeps for its backward with fused attention,
+  // or only its input when recomputing (then one layer's activations exist while it runs again).
+  const auto shape = model::shape_of(model);
+  const auto p = precision == model::Precision::kBf16 ? shape::Precision::kBf16
+                                                      : shape::Precision::kFp32;
+  const double per_param =
+      shape::state_bytes_per_parameter(p) + shape::compute_copy_bytes_per_parameter(p);
+  const double mbs = layout.microbatch_size;
   double param_count = 0, act_bytes_per_mb = 0, largest = 0, input_bytes_per_mb = 0,
          largest_act = 0;
   for (int l : layout.layers_of(rank)) {
-    param_count += static_cast<double>(model::num_parameters(model, l));
-    largest = std::max(largest, static_cast<double>(model::num_parameters(model, l)));
-    // A block keeps roughly 16 activations of [mbs, T, d] plus the attention matrix.
-    const double btd = double(layout.microbatch_size) * model.seq_len * model.d_model;
-    const double att =
-        double(layout.microbatch_size) * model.n_heads * model.seq_len * model.seq_len;
-    double act = 0;
-    switch (model::layer_kind(model, l)) {
-      case model::LayerKind::kEmbedding:
-        act = 4 * btd;
-        input_bytes_per_mb += 8.0 * layout.microbatch_size * model.seq_len;
-        break;
-      case model::LayerKind::kBlock:
-        act = 4 * (16 * btd + 2 * att);
-        input_bytes_per_mb += 4 * btd;
-        break;
-      case model::LayerKind::kHead:
-        act = 4 * (2 * btd + 3.0 * layout.microbatch_size * model.seq_len * model.vocab_size);
-        input_bytes_per_mb += 4 * btd;
-        break;
-    }
+    const double n = static_cast<double>(shape.layer_parameters(l));
+    param_count += n;
+    largest = std::max(largest, n);
+    const double act = mbs * shape.activation_bytes_per_sample(l, {p, shape::Recompute::kNone});
     act_bytes_per_mb += act;
+    input_bytes_per_mb += mbs * shape.activation_bytes_per_sample(l, {p, shape::Recompute::kFull});
     largest_act = std::max(largest_act, act);
   }
   if (recompute) act_bytes_per_mb = input_bytes_per_mb;
@@ -517,12 +511,15 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
     if (a.kind == schedule::ActionKind::B || a.kind == schedule::ActionKind::W) --in_flight;
   }
   // `peak` counts chunk-microbatches; each holds only its chunk's share, so this bounds above.
-  if (width == 1) return 16.0 * param_count + recomputed + act_bytes_per_mb * std::max(1, peak);
+  if (width == 1) {
+    return per_param * param_count + recomputed + act_bytes_per_mb * std::max(1, peak);
+  }
   // Sharded: 1/width of the state, one layer gathered whole (parameters and gradient), and
   // activations of the member's rows only.
   const double rows = std::ceil(static_cast<double>(layout.microbatch_size) / width);
   const double share = rows / layout.microbatch_size;
-  return 16.0 * param_count / width + 8.0 * largest + recomputed * share +
+  return per_param * param_count / width + 2 * shape::kParameterBytes * largest +
+         recomputed * share +
          act_bytes_per_mb * share * std::max(1, peak);
 }
 

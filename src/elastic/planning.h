@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/placement.h"
 #include "plan/plan.h"
 #include "plan/templates.h"
 #include "runtime/config.h"
@@ -89,7 +90,9 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
 
 // Estimated bytes device `device` of pipeline `pipeline` needs (see above).
 // `recompute`: pipeline.recompute = "full" (a microbatch in flight keeps each layer's input).
+// `precision`: train.precision (activation bytes, bf16's weight copies).
 double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptConfig& model,
-                             int pipeline, int device, bool recompute = false);
+                             int pipeline, int device, bool recompute = false,
+                             model::Precision precision = model::Precision::kFp32);
 
 }  // namespace bw::elastic

@@ -23,6 +23,7 @@
 #include "runtime/layout.h"
 #include "runtime/log.h"
 #include "runtime/model_state.h"
+#include "runtime/state_transfer.h"
 #include "runtime/worker.h"
 
 namespace bw::elastic {
@@ -204,86 +205,6 @@ void save_shard(Context& cx, runtime::Worker& worker, int g, int rank, int steps
   upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters, optimizer_state);
 }
 
-// What a worker received for generation g: per layer, pieces (first flat index, state).
-using Pieces = std::map<int, std::vector<std::pair<int64_t, runtime::LayerState>>>;
-
-// Sends and receives the layer ranges that move into generation `g` (copies: layer, from worker,
-// to worker, and the range [begin, end) of the layer's flat parameters; a whole layer when the
-// range is absent). Every copy is posted at once; copy i uses tags 2i and 2i + 1.
-double transfer_state(Context& cx, runtime::Transport& world, const nlohmann::json& copies,
-                      const std::vector<int>& workers, Pieces& received, int64_t& bytes_in) {
-  const auto t0 = Clock::now();
-  auto rank_of = [&](int worker) {
-    auto it = std::find(workers.begin(), workers.end(), worker);
-    BW_CHECK(it != workers.end(), "worker {} is not in the generation", worker);
-    return static_cast<int>(it - workers.begin());
-  };
-  struct Incoming {
-    int layer;
-    int64_t begin;
-    torch::Tensor flat, step;
-    std::unique_ptr<runtime::Request> a, b;
-  };
-  std::vector<Incoming> incoming;
-  std::vector<std::unique_ptr<runtime::Request>> sends;
-  std::vector<torch::Tensor> keep;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    const auto& c = copies[i];
-    const int layer = c.at(0), from = c.at(1), to = c.at(2);
-    const int64_t numel = model::num_parameters(cx.state->model(), layer);
-    const int64_t begin = c.size() > 3 ? c.at(3).get<int64_t>() : 0;
-    const int64_t end = c.size() > 3 ? c.at(4).get<int64_t>() : numel;
-    const int tag = static_cast<int>(2 * i);
-    if (from == cx.args.worker) {
-      auto s = cx.state->export_range(layer, begin, end);
-      auto step = torch::tensor({s.adam_step}, torch::kInt64);
-      keep.push_back(s.flat);
-      keep.push_back(step);
-      sends.push_back(world.isend(s.flat, rank_of(to), tag));
-      sends.push_back(world.isend(step, rank_of(to), tag + 1));
-    } else if (to == cx.args.worker) {
-      Incoming in;
-      in.layer = layer;
-      in.begin = begin;
-      in.flat = torch::empty({3 * (end - begin)}, cx.state->placement().master());
-      in.step = torch::empty({1}, torch::kInt64);
-      in.a = world.irecv(in.flat, rank_of(from), tag);
-      in.b = world.irecv(in.step, rank_of(from), tag + 1);
-      incoming.push_back(std::move(in));
-    }
-  }
-  cx.injector->at(cx.step, "state_transfer");
-  for (auto& in : incoming) {
-    in.a->wait();
-    in.b->wait();
-  }
-  for (auto& s : sends) s->wait();
-  for (auto& in : incoming) {
-    bytes_in += static_cast<int64_t>(in.flat.numel() * in.flat.element_size() +
-                                     in.step.numel() * in.step.element_size());
-    received[in.layer].emplace_back(in.begin,
-                                    runtime::LayerState{in.flat, in.step.item<int64_t>()});
-  }
-  return ms_since(t0);
-}
-
-// Puts every layer of `mine` into the form generation g runs it in: whole, or the rank's shard of
-// a segmented layer, from what the worker holds and what it received. Only complete ranges are
-// installed, so an interrupted transfer leaves the old state intact.
-void install(runtime::ModelState& state, const runtime::RunLayout& layout, int rank,
-             const std::vector<int>& mine, const Pieces& received) {
-  static const std::vector<std::pair<int64_t, runtime::LayerState>> kNone;
-  for (int l : mine) {
-    const int64_t n = model::num_parameters(state.model(), l);
-    const bool whole = !layout.segmented(l);
-    const auto want = whole ? std::make_pair(int64_t{0}, n) : layout.shard_range(rank, n);
-    if (whole && state.holds(l)) continue;
-    if (!whole && state.holds_shard(l) && state.held_range(l) == want) continue;
-    auto it = received.find(l);
-    state.assemble(l, want.first, want.second, whole, it == received.end() ? kNone : it->second);
-  }
-}
-
 nlohmann::json checksums(runtime::ModelState& state, const runtime::Worker& worker,
                          const std::vector<int>& layers) {
   const auto params = state.parameter_checksums();
@@ -363,20 +284,36 @@ void run_generation(Context& cx, int g) {
     if (g > 0) cx.injector->at(first_step, "reconfigure");
     // Groups rendezvous on their own connection: an abort may leave a join behind, blocked.
     auto group_store = connect(cx.args.store_host, cx.args.store_port, cx.timeout);
+    runtime::TransportOptions transport_options;
+    transport_options.backend = runtime::parse_backend(cx.config.cluster.backend);
+    transport_options.timeout = cx.timeout;
+    transport_options.hostname = cx.args.gloo_host;
+    transport_options.abort = signal;
     runtime::TransportFactory factory = [&](const std::string& prefix, int r, int size) {
-      return runtime::make_gloo_transport(group_store, prefix, r, size, cx.timeout,
-                                          cx.args.gloo_host, signal);
+      return runtime::make_transport(transport_options, group_store, prefix, r, size);
     };
     std::unique_ptr<runtime::Transport> world;
     if (layout.world_size() > 1)
       world = factory(fmt::format("g{}/world", g), rank, layout.world_size());
     double transfer_ms = 0;
     int64_t transfer_bytes = 0;
-    const auto& copies = start.at("copies");
-    Pieces received;
+    // Copies: [layer, from worker, to worker] and, for a range, [begin, end) of its flat values.
+    std::vector<runtime::LayerCopy> copies;
+    for (const auto& c : start.at("copies")) {
+      const int layer = c.at(0);
+      const int64_t n = model::num_parameters(state.model(), layer);
+      copies.push_back({layer, c.at(1).get<int>(), c.at(2).get<int>(),
+                        c.size() > 3 ? c.at(3).get<int64_t>() : 0,
+                        c.size() > 3 ? c.at(4).get<int64_t>() : n});
+    }
+    runtime::ReceivedPieces received;
     if (!copies.empty()) {
       BW_CHECK(world, "state transfer in a world of one rank");
-      transfer_ms = transfer_state(cx, *world, copies, workers, received, transfer_bytes);
+      auto moved = runtime::transfer_state(state, *world, copies, cx.args.worker, workers,
+                                           [&] { cx.injector->at(cx.step, "state_transfer"); });
+      received = std::move(moved.received);
+      transfer_ms = moved.ms;
+      transfer_bytes = moved.bytes_in;
     } else if (g > 0) {
       cx.injector->at(first_step, "state_transfer");
     }
@@ -387,7 +324,7 @@ void run_generation(Context& cx, int g) {
                "worker {} needs layer {} in generation {} but no copy brings it", cx.args.worker, l,
                g);
     }
-    install(state, layout, rank, mine, received);
+    runtime::install(state, layout, rank, mine, received);
     runtime::PhaseHook hook = [&cx](const char* phase) {
       if (cx.injector->at(cx.step, phase)) poison_gradients(cx.state->layer_map());
     };

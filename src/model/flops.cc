@@ -9,11 +9,7 @@
 
 namespace bw::model {
 
-double flops_per_token(const GptConfig& config) {
-  double n = 0;
-  for (int l = 1; l < num_layers(config); ++l) n += static_cast<double>(num_parameters(config, l));
-  return 6.0 * n + 12.0 * config.n_blocks * config.d_model * config.seq_len;
-}
+double flops_per_token(const GptConfig& config) { return shape_of(config).flops_per_token(); }
 
 PeakFlops peak_from_table(const std::string& device_name, Precision precision) {
   // Dense peaks from the vendors' data sheets, in TFLOP/s: {name, bf16, fp32 (no TF32)}.

@@ -158,6 +158,14 @@ GptConfig named_config(const std::string& name, int vocab_size) {
 
 int num_layers(const GptConfig& config) { return config.n_blocks + 2; }
 
+shape::TransformerShape shape_of(const GptConfig& config) {
+  auto s = shape::gpt2_shape(config.name, config.vocab_size, config.seq_len, config.d_model,
+                             config.n_heads, config.n_blocks);
+  s.tied_embeddings = false;
+  s.validate();
+  return s;
+}
+
 LayerKind layer_kind(const GptConfig& config, int layer_index) {
   BW_CHECK(layer_index >= 0 && layer_index < num_layers(config), "layer {} out of range [0, {})",
            layer_index, num_layers(config));
@@ -184,10 +192,11 @@ std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uin
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   const int64_t vocab = logits.size(-1);
-  // In float32 whatever the logits' dtype (bf16 under autocast): softmax over a large vocabulary
-  // and the mean over tokens need its mantissa.
-  return at::cross_entropy_loss(logits.reshape({-1, vocab}).to(torch::kFloat),
-                                targets.reshape({-1}));
+  // In float32 (or wider) whatever the logits' dtype (bf16 under autocast): softmax over a large
+  // vocabulary and the mean over tokens need its mantissa.
+  auto flat = logits.reshape({-1, vocab});
+  if (c10::elementSize(flat.scalar_type()) < 4) flat = flat.to(torch::kFloat);
+  return at::cross_entropy_loss(flat, targets.reshape({-1}));
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(const Layer& layer) {

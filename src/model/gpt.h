@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "shape/shape.h"
+
 namespace bw::model {
 
 struct GptConfig {
@@ -44,6 +46,10 @@ GptConfig named_config(const std::string& name, int vocab_size);
 
 // n_blocks + 2.
 int num_layers(const GptConfig& config);
+
+// The model's shape (shape/shape.h): parameter counts, FLOPs, activation and state bytes come
+// from it. Today's GPT is GPT-2-shaped with an untied head.
+shape::TransformerShape shape_of(const GptConfig& config);
 
 enum class LayerKind { kEmbedding, kBlock, kHead };
 LayerKind layer_kind(const GptConfig& config, int layer_index);

@@ -126,16 +126,10 @@ class LayerBench {
 }  // namespace
 
 int64_t activation_bytes_formula(const GptConfig& c, int layer_index, int microbatch_size) {
-  const int64_t b = microbatch_size, s = c.seq_len, h = c.d_model, a = c.n_heads;
-  switch (layer_kind(c, layer_index)) {
-    case LayerKind::kEmbedding:
-      return 8 * b * s;
-    case LayerKind::kBlock:
-      return 4 * (16 * b * s * h + a * b * s * s);
-    case LayerKind::kHead:
-      return 4 * (2 * b * s * h + b * s * c.vocab_size) + 8 * b * s;
-  }
-  return 0;
+  // The model's shape (shape/shape.h), fp32, fused attention (no score matrix is kept).
+  const auto bytes = shape_of(c).activation_bytes_per_sample(
+      layer_index, {shape::Precision::kFp32, shape::Recompute::kNone, shape::Attention::kFused});
+  return static_cast<int64_t>(microbatch_size * bytes);
 }
 
 MeasuredProfile measure_profile(const ProfileOptions& o) {

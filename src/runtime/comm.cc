@@ -249,6 +249,28 @@ void discard_in_background(std::vector<std::unique_ptr<Transport>> transports) {
   std::thread([ts = std::move(transports)]() mutable { ts.clear(); }).detach();
 }
 
+BackendKind parse_backend(const std::string& name) {
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") return BackendKind::kNccl;
+  throw ConfigError(fmt::format(
+      "cluster.backend = \"{}\" is not a backend; choose \"gloo\" or \"nccl\"", name));
+}
+
+std::unique_ptr<Transport> make_transport(const TransportOptions& options,
+                                          const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::string& prefix, int rank, int size) {
+  switch (options.backend) {
+    case BackendKind::kGloo:
+      return make_gloo_transport(store, prefix, rank, size, options.timeout, options.hostname,
+                                 options.abort);
+    case BackendKind::kNccl:
+      break;
+  }
+  throw ConfigError(
+      "cluster.backend = \"nccl\" is not available in this version (it needs CUDA devices); "
+      "use cluster.backend = \"gloo\"");
+}
+
 std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::Store>& store,
                                                const std::string& prefix, int rank, int size,
                                                std::chrono::milliseconds timeout,

@@ -84,6 +84,25 @@ std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::St
                                                const std::string& hostname = "127.0.0.1",
                                                std::shared_ptr<AbortSignal> abort = nullptr);
 
+// The c10d backend behind a transport (cluster.backend).
+enum class BackendKind { kGloo, kNccl };
+// "gloo" | "nccl"; ConfigError otherwise.
+BackendKind parse_backend(const std::string& name);
+
+struct TransportOptions {
+  BackendKind backend = BackendKind::kGloo;
+  std::chrono::milliseconds timeout{120000};
+  std::string hostname = "127.0.0.1";  // the address the group's connections use
+  std::shared_ptr<AbortSignal> abort;  // may be null
+};
+
+// The one place a transport is made: a group of `size` ranks on the keys of `store` under
+// `prefix`, over options.backend. ConfigError for a backend this build cannot make (NCCL needs
+// the CUDA variant and the GPU work of docs/runtime.md "Device and backend").
+std::unique_ptr<Transport> make_transport(const TransportOptions& options,
+                                          const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::string& prefix, int rank, int size);
+
 // How a generation makes its groups: (store prefix, rank in the group, group size). Tests pass a
 // factory that wraps the transports to fail on cue.
 using TransportFactory =

@@ -138,9 +138,6 @@ std::vector<Section> build_schema() {
              "(docs/multihost.md)")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
-        make("precision", &R::train, &TrainConfig::precision,
-             "\"fp32\", or \"bf16\" mixed precision (bf16 matmuls and activations, fp32 "
-             "master weights, optimizer state, loss and gradients)"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),
         make("min_lr", &R::train, &TrainConfig::min_lr, "learning rate at the end of the cosine"),
         make("warmup_steps", &R::train, &TrainConfig::warmup_steps, "linear warm-up steps"),
@@ -168,7 +165,10 @@ std::vector<Section> build_schema() {
              "a step with a non-finite loss or gradient norm: \"stop\" the run or \"skip\" "
              "its update"),
         make("skip_limit", &R::train, &TrainConfig::skip_limit,
-             "with nonfinite = \"skip\": steps skipped in a row before the run stops")}},
+             "with nonfinite = \"skip\": steps skipped in a row before the run stops"),
+        make("precision", &R::train, &TrainConfig::precision,
+             "\"fp32\", or \"bf16\" mixed precision (bf16 matmuls and activations, fp32 "
+             "master weights, optimizer state, loss and gradients)")}},
   };
 }
 

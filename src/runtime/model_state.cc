@@ -49,11 +49,10 @@ LayerState ModelState::export_range(int layer, int64_t begin, int64_t end) const
            "export of [{}, {}) of layer {}, which holds [{}, {})", begin, end, layer, hb, he);
   if (holds(layer)) {
     const auto full = export_layer(layer);
-    const int64_t n = he;
     const int64_t k = end - begin;
-    return {torch::cat({full.flat.narrow(0, begin, k), full.flat.narrow(0, n + begin, k),
-                        full.flat.narrow(0, 2 * n + begin, k)}),
-            full.adam_step};
+    return LayerState::join(full.part(LayerState::kParam, begin, k),
+                            full.part(LayerState::kExpAvg, begin, k),
+                            full.part(LayerState::kExpAvgSq, begin, k), full.adam_step);
   }
   const Shard& s = shards_.at(layer);
   const int64_t off = begin - s.begin, k = end - begin;
@@ -68,16 +67,15 @@ void ModelState::assemble(int layer, int64_t begin, int64_t end, bool whole,
   BW_CHECK(0 <= begin && begin < end && end <= n, "range [{}, {}) of layer {} ({} values)", begin,
            end, layer, n);
   const int64_t k = end - begin;
-  auto flat = torch::empty({3 * k}, placement_.master());
+  auto out = LayerState::empty(k, placement_);
   std::vector<char> covered(static_cast<size_t>(k), 0);
   int64_t step = -1;
   auto put = [&](int64_t at, const LayerState& piece) {
-    const int64_t len = piece.flat.numel() / 3;
+    const int64_t len = piece.values();
     const int64_t b = std::max(at, begin), e = std::min(at + len, end);
     if (b >= e) return;
-    for (int r = 0; r < 3; ++r) {
-      flat.narrow(0, r * k + (b - begin), e - b)
-          .copy_(piece.flat.narrow(0, r * len + (b - at), e - b));
+    for (auto part : {LayerState::kParam, LayerState::kExpAvg, LayerState::kExpAvgSq}) {
+      out.part(part, b - begin, e - b).copy_(piece.part(part, b - at, e - b));
     }
     std::fill(covered.begin() + (b - begin), covered.begin() + (e - begin), 1);
     BW_CHECK(step < 0 || step == piece.adam_step, "layer {}: pieces at AdamW steps {} and {}",
@@ -95,16 +93,17 @@ void ModelState::assemble(int layer, int64_t begin, int64_t end, bool whole,
   if (whole) {
     BW_CHECK(begin == 0 && end == n, "layer {}: a whole layer from [{}, {})", layer, begin, end);
     shards_.erase(layer);
-    import_layer(layer, {flat, step});
+    out.adam_step = step;
+    import_layer(layer, out);
     return;
   }
   drop(layer);
   Shard s;
   s.begin = begin;
   s.end = end;
-  s.param = flat.narrow(0, 0, k).clone();
-  s.exp_avg = flat.narrow(0, k, k).clone();
-  s.exp_avg_sq = flat.narrow(0, 2 * k, k).clone();
+  s.param = out.part(LayerState::kParam).clone();
+  s.exp_avg = out.part(LayerState::kExpAvg).clone();
+  s.exp_avg_sq = out.part(LayerState::kExpAvgSq).clone();
   s.grad = torch::zeros({k}, placement_.master());
   s.step = step;
   shards_[layer] = std::move(s);
@@ -170,7 +169,9 @@ void ModelState::keep_only(const std::vector<int>& keep) {
   for (int l : keep) add_initial(l);
 }
 
-int64_t ModelState::flat_numel(int layer) const { return 3 * model::num_parameters(model_, layer); }
+int64_t ModelState::flat_numel(int layer) const {
+  return LayerState::kParts * model::num_parameters(model_, layer);
+}
 
 Optimizer& ModelState::optimizer() {
   if (!optimizer_) {
@@ -209,10 +210,8 @@ LayerState ModelState::export_layer(int layer) const {
       step = it->second.step;
     }
   }
-  std::vector<torch::Tensor> all = params;
-  all.insert(all.end(), avg.begin(), avg.end());
-  all.insert(all.end(), avg_sq.begin(), avg_sq.end());
-  return {torch::cat(all), std::max<int64_t>(step, 0)};
+  return LayerState::join(torch::cat(params), torch::cat(avg), torch::cat(avg_sq),
+                          std::max<int64_t>(step, 0));
 }
 
 void ModelState::import_layer(int layer, const LayerState& s) {
@@ -222,16 +221,15 @@ void ModelState::import_layer(int layer, const LayerState& s) {
   invalidate();
   torch::NoGradGuard no_grad;
   const auto& plist = layers_.at(layer)->parameter_list();
-  const int64_t n = model::num_parameters(model_, layer);
   int64_t offset = 0;
   for (const auto& [name, p] : plist) {
     const int64_t k = p.numel();
-    p.copy_(s.flat.narrow(0, offset, k).view_as(p));
+    p.copy_(s.part(LayerState::kParam, offset, k).view_as(p));
     const auto key = checkpoint_tensor_name(layer, name);
     if (s.adam_step > 0) {
       pending_state_[key] =
-          ParamState{s.flat.narrow(0, n + offset, k).view_as(p).clone(),
-                     s.flat.narrow(0, 2 * n + offset, k).view_as(p).clone(), s.adam_step};
+          ParamState{s.part(LayerState::kExpAvg, offset, k).view_as(p).clone(),
+                     s.part(LayerState::kExpAvgSq, offset, k).view_as(p).clone(), s.adam_step};
     } else {
       pending_state_.erase(key);
     }
@@ -273,8 +271,8 @@ std::map<int, uint64_t> ModelState::optimizer_checksums() {
   std::map<int, uint64_t> out;
   for (const auto& [l, layer] : layers_) {
     const auto s = export_layer(l);
-    const int64_t n = model::num_parameters(model_, l);
-    out[l] = fnv1a({s.flat.narrow(0, n, 2 * n), torch::tensor(s.adam_step, torch::kInt64)});
+    out[l] = fnv1a({s.part(LayerState::kExpAvg), s.part(LayerState::kExpAvgSq),
+                    torch::tensor(s.adam_step, torch::kInt64)});
   }
   return out;
 }

@@ -30,9 +30,32 @@
 
 namespace bw::runtime {
 
+// The flat per-layer state, the one definition of its wire format (state transfer, export and
+// import): the `values` parameters of a layer, or of a range of one, as one master-dtype tensor
+// of kParts * values elements, [parameters | exp_avg | exp_avg_sq], each part in parameter_list
+// order, flattened; the AdamW step count travels beside it.
 struct LayerState {
-  torch::Tensor flat;  // master dtype (float32) [3 * parameters of the layer]
+  static constexpr int kParts = 3;
+  enum Part { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
+
+  torch::Tensor flat;
   int64_t adam_step = 0;
+
+  // An uninitialised state of `values` parameters (a receive buffer).
+  static LayerState empty(int64_t values, const model::Placement& placement) {
+    return {torch::empty({kParts * values}, placement.master()), 0};
+  }
+  // The three parts, each of the same length, joined.
+  static LayerState join(const torch::Tensor& param, const torch::Tensor& exp_avg,
+                         const torch::Tensor& exp_avg_sq, int64_t step) {
+    return {torch::cat({param, exp_avg, exp_avg_sq}), step};
+  }
+  int64_t values() const { return flat.numel() / kParts; }
+  // [begin, begin + len) of one part (a view).
+  torch::Tensor part(Part p, int64_t begin, int64_t len) const {
+    return flat.narrow(0, p * values() + begin, len);
+  }
+  torch::Tensor part(Part p) const { return part(p, 0, values()); }
 };
 
 // A contiguous slice [begin, end) of one layer's flat parameters (parameter_list order, each

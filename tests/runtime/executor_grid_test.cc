@@ -1,11 +1,14 @@
 // The executor and gradient sync with ranks as threads in one process over an in-memory store
 // (after Gloo's tests): a grid of schedules x pipeline shapes x microbatch counts, each trained for
-// three steps and compared with one Worker holding the whole model. Oracle: the single-device
-// Worker on the same data; tolerances as in transparency_test.cc.
+// three steps and compared with one Worker holding the whole model, in every precision (as Gloo's
+// tests run every algorithm over every element type). Oracle: the single-device Worker on the
+// same data in the same precision; tolerances as in transparency_test.cc (fp32: 1e-5; bf16: one
+// bf16 ulp, 2^-8, of the loss and lr * steps * 2^-8 of a parameter, derived there).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -106,7 +109,9 @@ Trained train_threads(const RunConfig& config, const RunLayout& layout) {
         ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
         state.keep_only(layout.layers_of(r));
         TransportFactory factory = [&](const std::string& prefix, int rank, int size) {
-          return make_gloo_transport(store, prefix, rank, size, std::chrono::seconds(60));
+          TransportOptions options;
+          options.timeout = std::chrono::seconds(60);
+          return make_transport(options, store, prefix, rank, size);
         };
         std::unique_ptr<Transport> group;
         if (world > 1) group = factory("g0/world", r, world);
@@ -134,10 +139,12 @@ struct GridCase {
   std::string kind;
   std::vector<int> devices;
   int microbatches;
+  std::string precision = "fp32";
 };
 
 void PrintTo(const GridCase& c, std::ostream* os) {
-  *os << c.kind << " " << fmt::format("{}", fmt::join(c.devices, "+")) << " mb" << c.microbatches;
+  *os << c.kind << " " << fmt::format("{}", fmt::join(c.devices, "+")) << " mb" << c.microbatches
+      << " " << c.precision;
 }
 
 class ExecutorGrid : public ::testing::TestWithParam<GridCase> {};
@@ -145,19 +152,25 @@ class ExecutorGrid : public ::testing::TestWithParam<GridCase> {};
 TEST_P(ExecutorGrid, ThreadsMatchOneWorker) {
   torch::set_num_threads(1);
   const auto& c = GetParam();
-  const auto config = tiny_config(c.microbatches);
+  auto config = tiny_config(c.microbatches);
+  config.train.precision = c.precision;
+  const bool bf16 = c.precision == "bf16";
+  const double ulp = std::ldexp(1.0, -8);
+  const double loss_rel = bf16 ? ulp : 1e-5;
+  const double param_abs = bf16 ? ulp * config.train.lr * config.train.steps : 1e-5;
   const RunLayout layout = layout_for(c.devices, c.kind, c.microbatches);
   auto got = train_threads(config, layout);
   auto want = train_threads(config, layout_for({1}, "single", c.microbatches));
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::abs(want.losses[s])) << "step " << s;
+    EXPECT_NEAR(got.losses[s], want.losses[s], loss_rel * std::abs(want.losses[s]))
+        << "step " << s;
   }
   ASSERT_EQ(got.params.size(), want.params.size());
   int bad = 0;
   for (const auto& [name, ref] : want.params) {
     const auto& t = got.params.at(name);
-    auto excess = (t - ref).abs() - (1e-5 + 1e-4 * ref.abs());
+    auto excess = (t - ref).abs() - (param_abs + 1e-4 * ref.abs());
     if (excess.max().item<double>() > 0 && bad++ < 5) {
       ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
     }
@@ -175,7 +188,9 @@ std::vector<GridCase> grid() {
         } catch (const ConfigError&) {
           continue;
         }
-        out.push_back({kind, devices, mb});
+        for (const std::string precision : {"fp32", "bf16"}) {
+          out.push_back({kind, devices, mb, precision});
+        }
       }
     }
   }
@@ -184,7 +199,7 @@ std::vector<GridCase> grid() {
 
 TEST(ExecutorGridCases, CoverEverySchedule) {
   const auto cases = grid();
-  EXPECT_GE(cases.size(), 40u);
+  EXPECT_GE(cases.size(), 80u);
   std::set<std::string> kinds;
   for (const auto& c : cases) kinds.insert(c.kind);
   EXPECT_EQ(kinds.size(), 6u);
@@ -193,7 +208,7 @@ TEST(ExecutorGridCases, CoverEverySchedule) {
 INSTANTIATE_TEST_SUITE_P(Grid, ExecutorGrid, ::testing::ValuesIn(grid()), [](const auto& info) {
   std::string name = info.param.kind + "_";
   for (int d : info.param.devices) name += std::to_string(d);
-  name += "_mb" + std::to_string(info.param.microbatches);
+  name += "_mb" + std::to_string(info.param.microbatches) + "_" + info.param.precision;
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }

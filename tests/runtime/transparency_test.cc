@@ -120,6 +120,15 @@ void expect_same_training(const RunOutput& got, const RunOutput& want, const std
     ASSERT_EQ(it->second.sizes(), ref.sizes()) << what << ": " << name;
     auto diff = (it->second - ref).abs();
     auto excess = diff - (tol.param_abs + tol.param_rel * ref.abs());
+    if (name.size() > 13 && name.compare(name.size() - 13, 13, "attn.qkv.bias") == 0) {
+      // The key bias gets no gradient in exact arithmetic (softmax is invariant to adding
+      // q . b_k to every score of a query), so its computed gradient is rounding noise, which
+      // AdamW's normalised update turns into steps of up to lr in either direction: its
+      // trajectory depends on the summation order and nothing else. It cannot change the loss
+      // (checked above); its third is held to that bound, 2 lr steps (lr 1e-2 here).
+      const int64_t d = ref.numel() / 3;
+      excess.narrow(0, d, d).copy_(diff.narrow(0, d, d) - 2 * 1e-2 * kSteps);
+    }
     worst = std::max(worst, diff.max().item<double>());
     if (excess.max().item<double>() > 0 && bad++ < 5) {
       const int64_t i = excess.reshape({-1}).argmax().item<int64_t>();
