@@ -73,9 +73,10 @@ int main(int argc, char** argv) {
         for (uint32_t id : v) checksum = checksum * 1000003u + id;
       }
     }
-    fmt::print("{{\"documents\": {}, \"bytes\": {}, \"tokens\": {}, \"seconds\": {:.6f}, "
-               "\"tokens_per_s\": {:.0f}, \"checksum\": {}}}\n",
-               docs.size(), bytes, tokens, best, tokens / best, checksum);
+    fmt::print(
+        "{{\"documents\": {}, \"bytes\": {}, \"tokens\": {}, \"seconds\": {:.6f}, "
+        "\"tokens_per_s\": {:.0f}, \"checksum\": {}}}\n",
+        docs.size(), bytes, tokens, best, tokens / best, checksum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -57,9 +57,9 @@ class ProgressLine {
         "data prepare: {} documents, {} tokens ({} tokens/s), read {} of {} ({:.0f}%)",
         grouped(p.documents), millions(static_cast<double>(p.tokens)), millions(rate),
         io::human_bytes(p.bytes_read), io::human_bytes(p.total_bytes),
-        p.total_bytes > 0 ? 100.0 * static_cast<double>(p.bytes_read) /
-                                static_cast<double>(p.total_bytes)
-                          : 100.0);
+        p.total_bytes > 0
+            ? 100.0 * static_cast<double>(p.bytes_read) / static_cast<double>(p.total_bytes)
+            : 100.0);
     if (tty_) {
       fmt::print(stderr, "\r{}\x1b[K", line);
       shown_ = true;
@@ -143,11 +143,11 @@ void add(CLI::App& app) {
       ->required();
   cmd->add_option("--out", a->o.out_dir, "output folder for the shards and tokenizer.json")
       ->required();
-  auto* val_docs = cmd->add_option("--val-docs", a->val_docs,
-                                   "the first N documents are the validation split");
-  auto* val_fraction = cmd->add_option(
-      "--val-fraction", a->val_fraction,
-      "this fraction of the documents, evenly spread, is the validation split");
+  auto* val_docs =
+      cmd->add_option("--val-docs", a->val_docs, "the first N documents are the validation split");
+  auto* val_fraction =
+      cmd->add_option("--val-fraction", a->val_fraction,
+                      "this fraction of the documents, evenly spread, is the validation split");
   cmd->add_option("--shard-tokens", a->shard_tokens, "tokens per shard (llm.c: 100 M)")
       ->capture_default_str();
   auto* threads = cmd->add_option("--threads", a->threads, "encoding threads (default: all)");
@@ -171,8 +171,8 @@ void add(CLI::App& app) {
       a->o.threads = static_cast<int>(a->threads);
     }
     ProgressLine line;
-    const auto summary = dataprep::prepare(
-        a->o, [&line](const dataprep::Progress& p) { line.update(p); });
+    const auto summary =
+        dataprep::prepare(a->o, [&line](const dataprep::Progress& p) { line.update(p); });
     line.clear();
     if (a->json) {
       fmt::print("{}\n", to_json(summary).dump(2));

@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 constexpr size_t kReadBytes = size_t{4} << 20;
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 void add_directory(const fs::path& dir, InputList& out) {
@@ -28,7 +29,8 @@ void add_directory(const fs::path& dir, InputList& out) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     entries.push_back(*it);
-  if (ec) throw ConfigError(fmt::format("cannot list input folder '{}': {}", dir.string(), ec.message()));
+  if (ec)
+    throw ConfigError(fmt::format("cannot list input folder '{}': {}", dir.string(), ec.message()));
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return a.path().filename().string() < b.path().filename().string();
   });
@@ -63,9 +65,9 @@ InputList list_inputs(const std::vector<std::string>& inputs) {
       const int64_t skipped = out.skipped_files;
       add_directory(in, out);
       if (out.files.size() == before)
-        throw ConfigError(fmt::format(
-            "input folder '{}' has no .txt or .jsonl files ({} other files skipped)", in,
-            out.skipped_files - skipped));
+        throw ConfigError(
+            fmt::format("input folder '{}' has no .txt or .jsonl files ({} other files skipped)",
+                        in, out.skipped_files - skipped));
     } else {
       const int64_t bytes = io::require_regular_file(in, INT64_MAX, "input");
       out.files.push_back({in, ends_with(in, ".jsonl"), bytes});
@@ -114,8 +116,8 @@ bool DocumentReader::fill() {
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     const int err = errno;
-    throw ConfigError(fmt::format("cannot read input '{}': {}", inputs_.files[file_].path,
-                                  std::strerror(err)));
+    throw ConfigError(
+        fmt::format("cannot read input '{}': {}", inputs_.files[file_].path, std::strerror(err)));
   }
   buf_.resize(old + static_cast<size_t>(n));
   bytes_read_ += n;

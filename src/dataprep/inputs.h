@@ -38,8 +38,8 @@ InputList list_inputs(const std::vector<std::string>& inputs);
 // One document before parsing: a text file's bytes, or one JSONL line.
 struct RawDocument {
   std::string bytes;
-  uint32_t file = 0;   // index into InputList::files
-  int64_t line = 0;    // 1-based line of a JSONL document; 0 for a text file
+  uint32_t file = 0;  // index into InputList::files
+  int64_t line = 0;   // 1-based line of a JSONL document; 0 for a text file
   bool jsonl = false;
 };
 
@@ -57,9 +57,9 @@ class DocumentReader {
   int64_t bytes_read() const { return bytes_read_; }
 
  private:
-  bool next(RawDocument& doc);   // one document; false at the end of all files
+  bool next(RawDocument& doc);  // one document; false at the end of all files
   bool open_next_file();
-  bool fill();                   // more bytes of the JSONL file into buf_; false at its end
+  bool fill();  // more bytes of the JSONL file into buf_; false at its end
 
   const InputList& inputs_;
   size_t next_file_ = 0;

@@ -22,8 +22,8 @@ namespace bw::dataprep {
 namespace {
 namespace fs = std::filesystem;
 using tokenizer::Session;
-using tokenizer::Tokenizer;
 using tokenizer::TokenId;
+using tokenizer::Tokenizer;
 
 // One batch of documents and what the workers made of them.
 struct Batch {
@@ -38,13 +38,14 @@ void check_options(const PrepareOptions& o) {
     throw ConfigError("give --val-docs or --val-fraction, not both");
   if (o.val_docs && *o.val_docs < 1)
     throw ConfigError(fmt::format("--val-docs must be >= 1, got {}", *o.val_docs));
-  if (o.val_fraction && !(std::isfinite(*o.val_fraction) && *o.val_fraction > 0 &&
-                          *o.val_fraction < 1))
+  if (o.val_fraction &&
+      !(std::isfinite(*o.val_fraction) && *o.val_fraction > 0 && *o.val_fraction < 1))
     throw ConfigError(fmt::format("--val-fraction must be in (0, 1), got {}", *o.val_fraction));
   if (o.shard_tokens < 1 || o.shard_tokens > INT32_MAX)
-    throw ConfigError(fmt::format("--shard-tokens must be in [1, {}] (an llm.c header counts "
-                                  "tokens in an int32), got {}",
-                                  INT32_MAX, o.shard_tokens));
+    throw ConfigError(
+        fmt::format("--shard-tokens must be in [1, {}] (an llm.c header counts "
+                    "tokens in an int32), got {}",
+                    INT32_MAX, o.shard_tokens));
   if (o.threads < 0 || o.threads > 1024)
     throw ConfigError(fmt::format("--threads must be in [1, 1024], got {}", o.threads));
   if (o.tokenizer.empty()) throw ConfigError("--tokenizer is required");
@@ -60,13 +61,15 @@ std::string default_name(const std::string& out_dir) {
 
 void check_name(const std::string& name) {
   const bool ok = !name.empty() && name.size() <= 200 &&
-                  name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789._-") == std::string::npos &&
+                  name.find_first_not_of(
+                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789._-") == std::string::npos &&
                   name[0] != '.';
   if (!ok)
-    throw ConfigError(fmt::format("--name '{}' must be letters, digits, '.', '_' or '-' (not "
-                                  "starting with '.'); it names the shard files",
-                                  name));
+    throw ConfigError(
+        fmt::format("--name '{}' must be letters, digits, '.', '_' or '-' (not "
+                    "starting with '.'); it names the shard files",
+                    name));
 }
 
 // Whether `file` is NAME_train_dddddd.bin or NAME_val_dddddd.bin, with `suffix` after it.
@@ -89,8 +92,7 @@ std::vector<std::string> prepare_out_dir(const PrepareOptions& o, const std::str
     throw ConfigError(fmt::format("output folder '{}' exists and is not a folder", o.out_dir));
   fs::create_directories(o.out_dir, ec);
   if (ec)
-    throw ConfigError(fmt::format("cannot create output folder '{}': {}", o.out_dir,
-                                  ec.message()));
+    throw ConfigError(fmt::format("cannot create output folder '{}': {}", o.out_dir, ec.message()));
   std::vector<std::string> old;
   for (fs::directory_iterator it(o.out_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string f = it->path().filename().string();
@@ -150,6 +152,9 @@ class Encoder {
 
   void start(Batch& b) {
     const size_t n = b.docs.size();
+    // Fresh vectors: reused ones would keep the capacity of the largest document each slot
+    // ever held, and memory would creep up over a long run.
+    b.ids.clear();
     b.ids.resize(n);
     b.errors.assign(n, "");
     b.repaired.assign(n, 0);
@@ -213,7 +218,8 @@ PrepareSummary prepare(const PrepareOptions& o,
   PrepareSummary sum;
   sum.name = name;
   sum.tokenizer = tok.describe();
-  sum.document_token = fmt::format("{} ({})", tok.id_to_token(*doc_token).value_or("?"), *doc_token);
+  sum.document_token =
+      fmt::format("{} ({})", tok.id_to_token(*doc_token).value_or("?"), *doc_token);
   sum.token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
   sum.files = static_cast<int64_t>(inputs.files.size());
   sum.skipped_files = inputs.skipped_files;
@@ -231,7 +237,7 @@ PrepareSummary prepare(const PrepareOptions& o,
     const auto write = [&](Batch& b) {
       for (size_t i = 0; i < b.docs.size(); ++i, ++index) {
         if (!b.errors[i].empty()) throw ConfigError(b.errors[i]);
-        const bool is_val = o.val_docs ? index < *o.val_docs
+        const bool is_val = o.val_docs       ? index < *o.val_docs
                             : o.val_fraction ? is_val_by_fraction(index, *o.val_fraction)
                                              : false;
         ShardWriter& w = is_val ? val : train;
@@ -274,8 +280,8 @@ PrepareSummary prepare(const PrepareOptions& o,
     sum.train.shards = train.finish();
     std::error_code ec;
     if (!fs::equivalent(o.tokenizer, tokenizer_copy, ec))
-      io::write_file_durably(tokenizer_copy, io::read_file(o.tokenizer, io::kMaxJsonBytes,
-                                                           "tokenizer.json"),
+      io::write_file_durably(tokenizer_copy,
+                             io::read_file(o.tokenizer, io::kMaxJsonBytes, "tokenizer.json"),
                              "tokenizer.json");
     // Shards of an earlier run (--overwrite) that this run did not replace.
     for (const std::string& p : old) {

@@ -27,15 +27,15 @@ inline constexpr size_t kBatchBytes = size_t{32} << 20;
 inline constexpr size_t kBatchDocs = 1 << 16;
 
 struct PrepareOptions {
-  std::string tokenizer;             // tokenizer.json
+  std::string tokenizer;  // tokenizer.json
   std::string out_dir;
-  std::vector<std::string> inputs;   // text files, JSONL files, folders
-  std::optional<int64_t> val_docs;   // first N documents are validation
+  std::vector<std::string> inputs;     // text files, JSONL files, folders
+  std::optional<int64_t> val_docs;     // first N documents are validation
   std::optional<double> val_fraction;  // or this fraction, evenly spread
   int64_t shard_tokens = kDefaultShardTokens;
-  int threads = 0;                   // 0: all hardware threads
-  std::string name;                  // "": the output folder's name, or "data"
-  bool overwrite = false;            // replace shards of an earlier run in out_dir
+  int threads = 0;         // 0: all hardware threads
+  std::string name;        // "": the output folder's name, or "data"
+  bool overwrite = false;  // replace shards of an earlier run in out_dir
 };
 
 struct SplitSummary {
@@ -46,9 +46,9 @@ struct SplitSummary {
 
 struct PrepareSummary {
   std::string name;
-  std::string tokenizer;           // describe() of the tokenizer
-  std::string document_token;      // e.g. "<|endoftext|> (50256)"
-  int token_bytes = 2;             // 2: version 1 (uint16), 4: version 2 (uint32)
+  std::string tokenizer;       // describe() of the tokenizer
+  std::string document_token;  // e.g. "<|endoftext|> (50256)"
+  int token_bytes = 2;         // 2: version 1 (uint16), 4: version 2 (uint32)
   SplitSummary val, train;
   int64_t files = 0;
   int64_t skipped_files = 0;

@@ -24,8 +24,8 @@ std::string shard_name(const std::string& name, const std::string& split, int64_
   return fmt::format("{}_{}_{:06d}.bin", name, split, index);
 }
 
-ShardWriter::ShardWriter(std::string dir, std::string name, std::string split,
-                         int64_t shard_tokens, int token_bytes)
+ShardWriter::ShardWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens,
+                         int token_bytes)
     : dir_(std::move(dir)),
       name_(std::move(name)),
       split_(std::move(split)),
@@ -66,8 +66,8 @@ void ShardWriter::close_shard() {
   file_.reset();
   if (std::rename(tmp_path_.c_str(), final_path_.c_str()) != 0) {
     const int err = errno;
-    throw ConfigError(fmt::format("cannot rename '{}' to '{}': {}", tmp_path_, final_path_,
-                                  std::strerror(err)));
+    throw ConfigError(
+        fmt::format("cannot rename '{}' to '{}': {}", tmp_path_, final_path_, std::strerror(err)));
   }
   io::sync_directory(dir_);
   written_.push_back(final_path_);
@@ -77,7 +77,8 @@ void ShardWriter::append(std::span<const uint32_t> tokens) {
   size_t i = 0;
   while (i < tokens.size()) {
     if (!file_) open_shard();
-    const size_t n = std::min<size_t>(tokens.size() - i, static_cast<size_t>(shard_tokens_ - in_shard_));
+    const size_t n =
+        std::min<size_t>(tokens.size() - i, static_cast<size_t>(shard_tokens_ - in_shard_));
     const size_t at = buf_.size();
     buf_.resize(at + n * static_cast<size_t>(token_bytes_));
     char* p = buf_.data() + at;

@@ -8,8 +8,8 @@ namespace {
 // Unicode White_Space, which Rust regex's \s matches.
 bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 // The code point at s[i] (valid UTF-8) and its length.
@@ -37,8 +37,8 @@ size_t last_char_start(std::string_view s) {
 
 AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
   // Rust regex's \w: Alphabetic, M, Nd, Pc and Join_Control.
-  word_ = std::make_unique<Regex>("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]",
-                                  false, "added tokens");
+  word_ = std::make_unique<Regex>("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]", false,
+                                  "added tokens");
   for (size_t i = 0; i < tokens_.size(); ++i) {
     const AddedToken& tok = tokens_[i];
     if (tok.content.empty()) continue;

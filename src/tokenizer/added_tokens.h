@@ -45,9 +45,9 @@ class AddedVocabulary {
       on_text(text);
       return;
     }
-    pass(0, text, word, [&](std::string_view piece) {
-      pass(1, piece, word, on_text, on_token);
-    }, on_token);
+    pass(
+        0, text, word, [&](std::string_view piece) { pass(1, piece, word, on_text, on_token); },
+        on_token);
   }
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
@@ -101,7 +101,7 @@ class AddedVocabulary {
   static size_t leading_space_end(std::string_view s);     // end of the leading \s* run
 
   std::vector<AddedToken> tokens_;
-  std::vector<Node> tries_[2];   // [0]: normalized = false, [1]: normalized = true
+  std::vector<Node> tries_[2];  // [0]: normalized = false, [1]: normalized = true
   bool first_byte_[2][256] = {};
   std::unique_ptr<Regex> word_;  // one character of Rust regex's Unicode \w
 };

@@ -55,15 +55,14 @@ class Bpe {
   static constexpr size_t kLinearMaxSymbols = 64;
 
   struct Options {
-    bool ignore_merges = false;          // a word that is a vocabulary entry is that entry
-    std::optional<TokenId> unk;          // id for bytes without a vocabulary entry (else dropped)
-    bool fuse_unk = false;               // consecutive unknown bytes give one unk
+    bool ignore_merges = false;  // a word that is a vocabulary entry is that entry
+    std::optional<TokenId> unk;  // id for bytes without a vocabulary entry (else dropped)
+    bool fuse_unk = false;       // consecutive unknown bytes give one unk
   };
 
   // `vocab`: raw bytes -> id, for entries made only of byte-level characters. `merges` in rank
   // order (a repeated pair keeps its last rank, as `tokenizers` does).
-  Bpe(BytesToId vocab, const std::vector<BpeMerge>& merges,
-      Options options);
+  Bpe(BytesToId vocab, const std::vector<BpeMerge>& merges, Options options);
 
   // Appends the ids of one pre-token.
   void encode_word(std::string_view word, WordScratch& s, std::vector<TokenId>& out) const;

@@ -11,7 +11,7 @@ struct Tables {
 };
 
 const Tables& tables() {
-  static const Tables t = [] {
+  static const Tables tables = [] {
     Tables t;
     t.to_byte.fill(-1);
     int n = 0;
@@ -22,7 +22,7 @@ const Tables& tables() {
     }
     return t;
   }();
-  return t;
+  return tables;
 }
 
 void append_utf8(std::string& out, char32_t c) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "core/error.h"
 #include "tokenizer/unicode_delta.h"
 
@@ -11,10 +13,10 @@ namespace {
 std::string delta_items(std::string_view category) {
   std::string out;
   for (const CodeRange& r : unicode_delta(category)) {
-    out += r.first == r.last ? fmt::format("\\x{{{:X}}}", static_cast<uint32_t>(r.first))
-                             : fmt::format("\\x{{{:X}}}-\\x{{{:X}}}",
-                                           static_cast<uint32_t>(r.first),
-                                           static_cast<uint32_t>(r.last));
+    out += r.first == r.last
+               ? fmt::format("\\x{{{:X}}}", static_cast<uint32_t>(r.first))
+               : fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", static_cast<uint32_t>(r.first),
+                             static_cast<uint32_t>(r.last));
   }
   return out;
 }
@@ -36,7 +38,7 @@ class Translator {
     while (i_ < p_.size()) {
       const char c = p_[i_];
       if (c == '\\') {
-        escape();
+        escape(false);
       } else if (c == '[') {
         bracket_class();
       } else if (c == '(' && i_ + 1 < p_.size() && p_[i_ + 1] == '?') {
@@ -77,48 +79,90 @@ class Translator {
     return {std::string(1, p_[at]), false};
   }
 
-  // Escapes outside a bracket class.
-  void escape() {
+  // The replacement of a one-letter escape outside / inside a bracket class; nullopt: copy it.
+  static std::optional<std::string> outside(char e) {
+    switch (e) {
+      case 's':
+        return "\\p{White_Space}";
+      case 'S':
+        return "\\P{White_Space}";
+      case 'd':
+        return "[" + category_items("Nd") + "]";
+      case 'D':
+        return "[^" + category_items("Nd") + "]";
+      case 'w':
+        return "[" + word_items() + "]";
+      case 'W':
+        return "[^" + word_items() + "]";
+      case 'h':
+        return "[0-9a-fA-F]";
+      case 'H':
+        return "[^0-9a-fA-F]";
+      default:
+        return std::nullopt;
+    }
+  }
+  std::optional<std::string> inside(char e) const {
+    switch (e) {
+      case 's':
+        return "\\p{White_Space}";
+      case 'S':
+        return "\\P{White_Space}";
+      case 'd':
+        return category_items("Nd");
+      case 'w':
+        return word_items();
+      case 'h':
+        return "0-9a-fA-F";
+      case 'D':
+      case 'W':
+      case 'H':
+        unsupported(fmt::format("\\{} inside a bracket class", e));
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // \p{X} or \P{X}: a general category with a delta becomes a class (or its items inside one).
+  void property_escape(bool in_class) {
+    const char e = p_[i_ + 1];
+    size_t end = 0;
+    auto [name, neg] = property(i_ + 2, &end);
+    neg = neg != (e == 'P');
+    if (unicode_delta(name).empty()) {
+      out_.append(p_.substr(i_, end - i_));
+    } else if (!in_class) {
+      out_ += (neg ? "[^" : "[") + category_items(name) + "]";
+    } else if (neg) {
+      unsupported(fmt::format("\\P{{{}}} inside a bracket class", name));
+    } else {
+      out_ += category_items(name);
+    }
+    i_ = end;
+  }
+
+  // An escape; `in_class` inside a bracket class.
+  void escape(bool in_class) {
     if (i_ + 1 >= p_.size()) {
       out_ += '\\';
       ++i_;
       return;
     }
     const char e = p_[i_ + 1];
-    switch (e) {
-      case 's': out_ += "\\p{White_Space}"; i_ += 2; return;
-      case 'S': out_ += "\\P{White_Space}"; i_ += 2; return;
-      case 'd': out_ += "[" + category_items("Nd") + "]"; i_ += 2; return;
-      case 'D': out_ += "[^" + category_items("Nd") + "]"; i_ += 2; return;
-      case 'w': out_ += "[" + word_items() + "]"; i_ += 2; return;
-      case 'W': out_ += "[^" + word_items() + "]"; i_ += 2; return;
-      case 'h': out_ += "[0-9a-fA-F]"; i_ += 2; return;
-      case 'H': out_ += "[^0-9a-fA-F]"; i_ += 2; return;
-      case 'p':
-      case 'P': {
-        size_t end = 0;
-        auto [name, neg] = property(i_ + 2, &end);
-        neg = neg != (e == 'P');
-        if (unicode_delta(name).empty()) {
-          out_.append(p_.substr(i_, end - i_));
-        } else {
-          out_ += (neg ? "[^" : "[") + category_items(name) + "]";
-        }
-        i_ = end;
-        return;
-      }
-      case 'Q': {
-        const size_t close = p_.find("\\E", i_ + 2);
-        const size_t end = close == std::string_view::npos ? p_.size() : close + 2;
-        out_.append(p_.substr(i_, end - i_));
-        i_ = end;
-        return;
-      }
-      default:
-        out_.append(p_.substr(i_, 2));
-        i_ += 2;
-        return;
+    if (e == 'p' || e == 'P') return property_escape(in_class);
+    if (e == 'Q') {
+      const size_t close = p_.find("\\E", i_ + 2);
+      const size_t end = close == std::string_view::npos ? p_.size() : close + 2;
+      out_.append(p_.substr(i_, end - i_));
+      i_ = end;
+      return;
     }
+    if (auto r = in_class ? inside(e) : outside(e)) {
+      out_ += *r;
+    } else {
+      out_.append(p_.substr(i_, 2));
+    }
+    i_ += 2;
   }
 
   // A bracket class [...]: copied item by item, with the escapes translated in place.
@@ -145,41 +189,13 @@ class Translator {
         }
         unsupported("a nested bracket class");
       }
-      if (c == '&' && i_ + 1 < p_.size() && p_[i_ + 1] == '&') unsupported("a class intersection &&");
-      if (c != '\\' || i_ + 1 >= p_.size()) {
+      if (c == '&' && i_ + 1 < p_.size() && p_[i_ + 1] == '&')
+        unsupported("a class intersection &&");
+      if (c == '\\') {
+        escape(true);
+      } else {
         out_ += c;
         ++i_;
-        continue;
-      }
-      const char e = p_[i_ + 1];
-      switch (e) {
-        case 's': out_ += "\\p{White_Space}"; i_ += 2; break;
-        case 'S': out_ += "\\P{White_Space}"; i_ += 2; break;
-        case 'd': out_ += category_items("Nd"); i_ += 2; break;
-        case 'w': out_ += word_items(); i_ += 2; break;
-        case 'h': out_ += "0-9a-fA-F"; i_ += 2; break;
-        case 'D': unsupported("\\D inside a bracket class");
-        case 'W': unsupported("\\W inside a bracket class");
-        case 'H': unsupported("\\H inside a bracket class");
-        case 'p':
-        case 'P': {
-          size_t end = 0;
-          auto [name, neg] = property(i_ + 2, &end);
-          neg = neg != (e == 'P');
-          if (unicode_delta(name).empty()) {
-            out_.append(p_.substr(i_, end - i_));
-          } else if (neg) {
-            unsupported(fmt::format("\\P{{{}}} inside a bracket class", name));
-          } else {
-            out_ += category_items(name);
-          }
-          i_ = end;
-          break;
-        }
-        default:
-          out_.append(p_.substr(i_, 2));
-          i_ += 2;
-          break;
       }
     }
     if (i_ >= p_.size()) unsupported("an unterminated bracket class");

@@ -26,12 +26,13 @@ Regex::Regex(std::string_view pattern, bool literal, std::string_view where)
   if (literal) options = PCRE2_UTF | PCRE2_LITERAL;
   int err = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                        options, &err, &offset, nullptr);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options,
+                        &err, &offset, nullptr);
   if (code_ == nullptr) {
-    throw ConfigError(fmt::format("{}: PCRE2 cannot compile the regex /{}/ (as /{}/): {} at "
-                                  "offset {}",
-                                  where, pattern, translated, pcre2_message(err), offset));
+    throw ConfigError(
+        fmt::format("{}: PCRE2 cannot compile the regex /{}/ (as /{}/): {} at "
+                    "offset {}",
+                    where, pattern, translated, pcre2_message(err), offset));
   }
   // Without a JIT (a library built without one, or a platform it does not support) matching
   // falls back to the interpreter: slower, same matches.
@@ -64,9 +65,9 @@ MatchScratch::~MatchScratch() {
 bool Regex::find(std::string_view subject, size_t at, MatchScratch& s, size_t* start,
                  size_t* end) const {
   const auto* p = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  int rc = jit_ ? pcre2_jit_match(code_, p, subject.size(), at, 0, s.data_, s.context_)
-                : pcre2_match(code_, p, subject.size(), at, PCRE2_NO_UTF_CHECK, s.data_,
-                              s.context_);
+  int rc = jit_
+               ? pcre2_jit_match(code_, p, subject.size(), at, 0, s.data_, s.context_)
+               : pcre2_match(code_, p, subject.size(), at, PCRE2_NO_UTF_CHECK, s.data_, s.context_);
   if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && jit_) {
     // The JIT ran out of stack on a pathological piece; the interpreter keeps its backtracking
     // frames on the heap.
@@ -75,8 +76,8 @@ bool Regex::find(std::string_view subject, size_t at, MatchScratch& s, size_t* s
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     throw ConfigError(fmt::format(
-        "{}: the regex /{}/ failed on a text of {} bytes at offset {}: {} (PCRE2 error {})",
-        where_, source_, subject.size(), at, pcre2_message(rc), rc));
+        "{}: the regex /{}/ failed on a text of {} bytes at offset {}: {} (PCRE2 error {})", where_,
+        source_, subject.size(), at, pcre2_message(rc), rc));
   }
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data_);
   *start = ov[0];

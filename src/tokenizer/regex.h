@@ -71,8 +71,7 @@ class Regex {
 
  private:
   friend class MatchScratch;
-  bool find(std::string_view subject, size_t at, MatchScratch& s, size_t* start,
-            size_t* end) const;
+  bool find(std::string_view subject, size_t at, MatchScratch& s, size_t* start, size_t* end) const;
   static size_t next_char(std::string_view s, size_t at);
 
   pcre2_real_code_8* code_ = nullptr;

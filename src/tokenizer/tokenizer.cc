@@ -153,10 +153,10 @@ std::optional<TokenId> Tokenizer::document_token() const { return impl_->documen
 
 std::string Tokenizer::describe() const {
   const TokenizerImpl& t = *impl_;
-  return fmt::format("byte-level BPE, {} ids ({} merges, {} added tokens of which {} special), "
-                     "pre-tokenizer {}",
-                     t.vocab_size, t.bpe->num_merges(), t.num_added, t.num_special,
-                     t.pre_tokenizer_name);
+  return fmt::format(
+      "byte-level BPE, {} ids ({} merges, {} added tokens of which {} special), "
+      "pre-tokenizer {}",
+      t.vocab_size, t.bpe->num_merges(), t.num_added, t.num_special, t.pre_tokenizer_name);
 }
 
 }  // namespace bw::tokenizer

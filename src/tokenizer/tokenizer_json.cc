@@ -66,9 +66,10 @@ class Loader {
     for (const char* key : {"truncation", "padding"}) {
       auto it = doc.find(key);
       if (it != doc.end() && !it->is_null())
-        unsupported(fmt::format("\"{}\" (set in the file; encoding here never truncates or pads, "
-                                "set it to null)",
-                                key));
+        unsupported(
+            fmt::format("\"{}\" (set in the file; encoding here never truncates or pads, "
+                        "set it to null)",
+                        key));
     }
     if (auto it = doc.find("normalizer"); it != doc.end() && !it->is_null()) {
       const std::string type = type_of(*it, "the normalizer");
@@ -221,7 +222,8 @@ class Loader {
     const std::string type = type_of(j, "the pre-tokenizer");
     if (type == "Sequence") {
       auto it = j.find("pretokenizers");
-      if (it == j.end() || !it->is_array()) fail("pre-tokenizer Sequence has no list \"pretokenizers\"");
+      if (it == j.end() || !it->is_array())
+        fail("pre-tokenizer Sequence has no list \"pretokenizers\"");
       for (const Json& sub : *it) add_pre_step(sub, steps, name);
       return;
     }
@@ -241,7 +243,8 @@ class Loader {
       auto p = j.find("pattern");
       if (p == j.end() || !p->is_object() || p->size() != 1 ||
           !(p->contains("Regex") || p->contains("String")) || !p->begin()->is_string())
-        fail("pre-tokenizer Split needs \"pattern\": {\"Regex\": \"...\"} or {\"String\": \"...\"}");
+        fail(
+            "pre-tokenizer Split needs \"pattern\": {\"Regex\": \"...\"} or {\"String\": \"...\"}");
       const bool literal = p->contains("String");
       const std::string pattern = p->begin()->get<std::string>();
       step.regex = std::make_shared<Regex>(pattern, literal, where_);
@@ -257,9 +260,10 @@ class Loader {
           {"Contiguous", SplitBehavior::kContiguous}};
       auto b = kBehaviors.find(behavior);
       if (b == kBehaviors.end())
-        fail(fmt::format("pre-tokenizer Split has behavior \"{}\"; one of Isolated, Removed, "
-                         "MergedWithPrevious, MergedWithNext, Contiguous",
-                         behavior));
+        fail(
+            fmt::format("pre-tokenizer Split has behavior \"{}\"; one of Isolated, Removed, "
+                        "MergedWithPrevious, MergedWithNext, Contiguous",
+                        behavior));
       step.behavior = b->second;
       const std::string label = !literal && pattern == kLlama3Pattern ? "Split (Llama 3 pattern)"
                                 : !literal && pattern == kGpt2Pattern ? "Split (GPT-2 pattern)"
@@ -287,7 +291,8 @@ class Loader {
     if (type == "ByteLevel") return;  // only trims offsets; ids are unchanged
     if (type == "Sequence") {
       auto it = j.find("processors");
-      if (it == j.end() || !it->is_array()) fail("post-processor Sequence has no list \"processors\"");
+      if (it == j.end() || !it->is_array())
+        fail("post-processor Sequence has no list \"processors\"");
       for (const Json& sub : *it) add_post(sub, t);
       return;
     }
@@ -313,14 +318,16 @@ class Loader {
         auto st = specials->find(name);
         if (st == specials->end() || !st->is_object() || !st->contains("ids") ||
             !(*st)["ids"].is_array())
-          fail(fmt::format("post-processor TemplateProcessing uses {} but its special_tokens has "
-                           "no ids for it",
-                           Json(name).dump()));
+          fail(
+              fmt::format("post-processor TemplateProcessing uses {} but its special_tokens has "
+                          "no ids for it",
+                          Json(name).dump()));
         for (const Json& id : (*st)["ids"]) {
           if (!id.is_number_unsigned() || id.get<uint64_t>() >= t.vocab_size)
-            fail(fmt::format("post-processor TemplateProcessing: {} has id {}, outside the "
-                             "vocabulary of {} ids",
-                             Json(name).dump(), id.dump(), t.vocab_size));
+            fail(
+                fmt::format("post-processor TemplateProcessing: {} has id {}, outside the "
+                            "vocabulary of {} ids",
+                            Json(name).dump(), id.dump(), t.vocab_size));
           tp.ids.push_back(static_cast<TokenId>(id.get<uint64_t>()));
         }
       } else {

@@ -4,6 +4,7 @@
 // (pattern.cc) adds them to \p{..} so the pre-tokenizers split as Hugging Face's do.
 // Not representable (in PCRE2's category only; docs/tokenizer.md, "Unicode versions"):
 //   U+1171E in \p{Mn} for PCRE2 only
+// clang-format off
 #include "tokenizer/unicode_delta.h"
 
 namespace bw::tokenizer {

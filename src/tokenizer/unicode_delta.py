@@ -108,6 +108,7 @@ def main():
         p("// Not representable (in PCRE2's category only; docs/tokenizer.md, \"Unicode versions\"):")
         for line in lost:
             p("//   " + line)
+    p("// clang-format off")
     p('#include "tokenizer/unicode_delta.h"')
     p("")
     p("namespace bw::tokenizer {")

@@ -1,7 +1,8 @@
 // One thread's cache of merged words: pre-token bytes -> ids. Prose repeats its words, so most
 // pre-tokens are found here and never reach the merge loop. Open addressing over arenas (no
-// allocation per entry); words of kMaxWordBytes or more are not cached, and when the cache holds
-// kMaxEntries words it starts over empty (bounded memory, about 40 MiB at most).
+// allocation per entry); the table starts small (a Session for one short text costs little) and
+// doubles while under half full; words of kMaxWordBytes or more are not cached, and when the
+// cache holds kMaxEntries words it starts over empty (bounded memory, about 40 MiB at most).
 //
 // Thread-safety: none; one per Session.
 #pragma once
@@ -22,7 +23,7 @@ class WordCache {
   static constexpr size_t kMaxWordBytes = 256;
   static constexpr size_t kMaxEntries = size_t{1} << 17;
 
-  WordCache() { clear(); }
+  WordCache() { reset(kInitialSlots); }
 
   // The cached ids of `word`, or an empty span (no word merges to nothing... except an empty
   // word, which is never looked up).
@@ -40,11 +41,10 @@ class WordCache {
 
   void insert(std::string_view word, uint64_t h, std::span<const TokenId> ids) {
     if (word.size() >= kMaxWordBytes || ids.empty()) return;
-    if (count_ >= kMaxEntries) clear();
-    size_t i = h & mask_;
-    while (table_[i].val_len != 0) i = (i + 1) & mask_;
-    table_[i] = {h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
-                 static_cast<uint32_t>(vals_.size()), static_cast<uint32_t>(ids.size())};
+    if (count_ >= kMaxEntries) reset(table_.size());
+    if (2 * (count_ + 1) > table_.size()) grow();
+    place({h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+           static_cast<uint32_t>(vals_.size()), static_cast<uint32_t>(ids.size())});
     keys_.append(word);
     vals_.insert(vals_.end(), ids.begin(), ids.end());
     ++count_;
@@ -59,8 +59,24 @@ class WordCache {
     uint32_t val_off = 0, val_len = 0;  // val_len 0: empty slot
   };
 
-  void clear() {
-    table_.assign(kMaxEntries * 2, Entry{});
+  static constexpr size_t kInitialSlots = 1024;
+
+  void place(const Entry& e) {
+    size_t i = e.hash & mask_;
+    while (table_[i].val_len != 0) i = (i + 1) & mask_;
+    table_[i] = e;
+  }
+
+  void grow() {
+    std::vector<Entry> old = std::move(table_);
+    table_.assign(old.size() * 2, Entry{});
+    mask_ = table_.size() - 1;
+    for (const Entry& e : old)
+      if (e.val_len != 0) place(e);
+  }
+
+  void reset(size_t slots) {
+    table_.assign(slots, Entry{});
     mask_ = table_.size() - 1;
     keys_.clear();
     vals_.clear();

@@ -47,9 +47,10 @@ std::string corpus_jsonl(const std::string& name, int docs) {
 TEST(DataPrepareCli, PrintsASummaryTableOrJson) {
   const std::string tok = tokenizer_file();
   const std::string in = corpus_jsonl("cli.jsonl", 300);
-  Result r = run(fmt::format("data prepare --tokenizer {} --out {}/cli_out --val-docs 10 "
-                             "--shard-tokens 5000 --threads 2 {}",
-                             tok, scratch(), in));
+  Result r =
+      run(fmt::format("data prepare --tokenizer {} --out {}/cli_out --val-docs 10 "
+                      "--shard-tokens 5000 --threads 2 {}",
+                      tok, scratch(), in));
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* want : {"split", "documents", "tokens", "shards", "val ", "train", "total",
                            "cli_out_train_000000.bin", "uint16 tokens (llm.c .bin version 1)"})
@@ -75,7 +76,8 @@ TEST(DataPrepareCli, BadInputIsOneErrorLineAndExitTwo) {
   const std::vector<Case> cases = {
       {fmt::format("--tokenizer {} --out {} {}/nope.jsonl", tok, out, scratch()),
        "cannot open input"},
-      {fmt::format("--tokenizer {} --out {} {}", tok, out, bad), "cli_bad_line.jsonl:2: not valid JSON"},
+      {fmt::format("--tokenizer {} --out {} {}", tok, out, bad),
+       "cli_bad_line.jsonl:2: not valid JSON"},
       {fmt::format("--tokenizer {} --out {} --val-docs 1 --val-fraction 0.1 {}", tok, out, in),
        "give --val-docs or --val-fraction, not both"},
       {fmt::format("--tokenizer {} --out {} --val-docs 0 {}", tok, out, in),
@@ -141,9 +143,10 @@ TEST(DataPrepareCli, AKilledRunLeavesOnlyWholeShards) {
     waitpid(pid, &status, 0);
     check_whole(out);
     // A new run over the debris: --overwrite replaces it and removes the stale .tmp files.
-    const Result r = run(fmt::format("data prepare --tokenizer {} --out {} --shard-tokens 20000 "
-                                     "--overwrite --json {}",
-                                     tok, out, in));
+    const Result r =
+        run(fmt::format("data prepare --tokenizer {} --out {} --shard-tokens 20000 "
+                        "--overwrite --json {}",
+                        tok, out, in));
     if (r.status == 2 && r.out.find("already") != std::string::npos) ADD_FAILURE() << r.out;
     ASSERT_EQ(r.status, 0) << r.out;
     for (const auto& f : files_in(out)) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;

@@ -44,7 +44,8 @@ TEST(PrepareErrors, BadJsonlLinesNameTheFileAndLine) {
 TEST(PrepareErrors, AnErrorAfterShardsWereWrittenRemovesThem) {
   PrepareOptions o = base("late");
   std::string text;
-  for (int i = 0; i < 20000; ++i) text += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
+  for (int i = 0; i < 20000; ++i)
+    text += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
   text += "not json\n";
   o.inputs = {write("late.jsonl", text)};
   o.shard_tokens = 5000;  // many shards complete before the bad line

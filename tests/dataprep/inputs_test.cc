@@ -33,7 +33,8 @@ TEST(Inputs, FoldersAreReadRecursivelyInNameOrder) {
   write("tree/d.jsonl.gz", "skipped");
   const InputList in = list_inputs({scratch() + "/tree"});
   std::vector<std::string> names;
-  for (const auto& f : in.files) names.push_back(fs::path(f.path).lexically_relative(scratch()).string());
+  for (const auto& f : in.files)
+    names.push_back(fs::path(f.path).lexically_relative(scratch()).string());
   EXPECT_EQ(names, (std::vector<std::string>{"tree/a/10.txt", "tree/a/2.jsonl", "tree/a.txt",
                                              "tree/b.txt"}));
   EXPECT_EQ(in.skipped_files, 2);
@@ -42,8 +43,9 @@ TEST(Inputs, FoldersAreReadRecursivelyInNameOrder) {
 }
 
 TEST(Inputs, JsonlLinesAreNumberedAndBlankOnesSkipped) {
-  const std::string p = write("lines.jsonl", "{\"text\": \"one\"}\r\n\n  \t\n{\"text\": \"four\"}\n"
-                                             "{\"text\": \"five, no newline\"}");
+  const std::string p = write("lines.jsonl",
+                              "{\"text\": \"one\"}\r\n\n  \t\n{\"text\": \"four\"}\n"
+                              "{\"text\": \"five, no newline\"}");
   const auto docs = all(list_inputs({p}));
   ASSERT_EQ(docs.size(), 3u);
   EXPECT_EQ(docs[0].line, 1);

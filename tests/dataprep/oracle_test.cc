@@ -52,8 +52,9 @@ TEST(DataPrepareOracle, ShardsEqualTheReferenceByteForByte) {
     const PrepareSummary s = prepare(o);
     EXPECT_EQ(s.token_bytes, std::string(tok) == "gpt2.json" ? 2 : 4);
     const std::string ref = scratch() + "/oracle_ref_" + tok;
-    std::vector<std::string> args = {"shards", tok_path, ref, std::to_string(o.shard_tokens),
-                                     "25", std::to_string(*t.document_token())};
+    std::vector<std::string> args = {"shards", tok_path,
+                                     ref,      std::to_string(o.shard_tokens),
+                                     "25",     std::to_string(*t.document_token())};
     args.insert(args.end(), inputs.begin(), inputs.end());
     const std::string err = bw::tokenizer::testing::run_oracle(args);
     ASSERT_EQ(err, "") << err;

@@ -50,7 +50,8 @@ Corpus corpus(const std::string& tag) {
 }
 
 // The expected token stream of documents [from, to) that pass `keep`.
-std::vector<uint32_t> stream(const bw::tokenizer::Tokenizer& tok, const std::vector<std::string>& docs,
+std::vector<uint32_t> stream(const bw::tokenizer::Tokenizer& tok,
+                             const std::vector<std::string>& docs,
                              const std::function<bool(size_t)>& keep) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < docs.size(); ++i) {

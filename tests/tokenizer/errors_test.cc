@@ -34,21 +34,33 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
       {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, "the model WordPiece"},
       {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, "the model Unigram"},
       {"wordlevel", [](json& j) { j["model"]["type"] = "WordLevel"; }, "the model WordLevel"},
-      {"nfc", [](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "the normalizer NFC"},
+      {"nfc",
+       [](json& j) {
+         j["normalizer"] = {{"type", "NFC"}};
+       },
+       "the normalizer NFC"},
       {"lowercase seq",
        [](json& j) {
          j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}}}};
        },
        "the normalizer Sequence"},
-      {"whitespace", [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+      {"whitespace",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Whitespace"}};
+       },
        "the pre-tokenizer Whitespace"},
-      {"metaspace", [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
+      {"metaspace",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
        "the pre-tokenizer Metaspace"},
       {"no pre", [](json& j) { j["pre_tokenizer"] = nullptr; }, "without a pre-tokenizer"},
       {"split only",
        [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}},
-                               {"behavior", "Isolated"}, {"invert", false}};
+         j["pre_tokenizer"] = {{"type", "Split"},
+                               {"pattern", {{"Regex", "a"}}},
+                               {"behavior", "Isolated"},
+                               {"invert", false}};
        },
        "a pre-tokenizer without ByteLevel"},
       {"bytelevel first",
@@ -67,11 +79,20 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
                                  {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
        },
        "the pre-tokenizer Digits"},
-      {"bert post", [](json& j) { j["post_processor"] = {{"type", "BertProcessing"}}; },
+      {"bert post",
+       [](json& j) {
+         j["post_processor"] = {{"type", "BertProcessing"}};
+       },
        "the post-processor BertProcessing"},
-      {"roberta post", [](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; },
+      {"roberta post",
+       [](json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
        "the post-processor RobertaProcessing"},
-      {"wordpiece decoder", [](json& j) { j["decoder"] = {{"type", "WordPiece"}}; },
+      {"wordpiece decoder",
+       [](json& j) {
+         j["decoder"] = {{"type", "WordPiece"}};
+       },
        "the decoder WordPiece"},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, "BPE dropout"},
       {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback"},
@@ -79,15 +100,29 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
        "continuing_subword_prefix \"##\""},
       {"suffix", [](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; },
        "end_of_word_suffix \"</w>\""},
-      {"truncation", [](json& j) { j["truncation"] = {{"max_length", 512}}; }, "\"truncation\""},
-      {"padding", [](json& j) { j["padding"] = {{"strategy", "BatchLongest"}}; }, "\"padding\""},
+      {"truncation",
+       [](json& j) {
+         j["truncation"] = {{"max_length", 512}};
+       },
+       "\"truncation\""},
+      {"padding",
+       [](json& j) {
+         j["padding"] = {{"strategy", "BatchLongest"}};
+       },
+       "\"padding\""},
       {"version", [](json& j) { j["version"] = "2.0"; }, "has version \"2.0\"", false},
-      {"merge without space", [](json& j) { j["model"]["merges"] = {"ab"}; },
-       "merge 0 is \"ab\"", false},
+      {"merge without space", [](json& j) { j["model"]["merges"] = {"ab"}; }, "merge 0 is \"ab\"",
+       false},
       {"merge of three", [](json& j) { j["model"]["merges"] = {"a b c"}; }, "merge 0 is", false},
-      {"merge out of vocab", [](json& j) { j["model"]["merges"] = json::array({json::array({"a", "zz"})}); },
+      {"merge out of vocab",
+       [](json& j) {
+         j["model"]["merges"] = json::array({json::array({"a", "zz"})});
+       },
        "needs \"zz\", which is not in the vocabulary", false},
-      {"merged out of vocab", [](json& j) { j["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"b", "b"})}); },
+      {"merged out of vocab",
+       [](json& j) {
+         j["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"b", "b"})});
+       },
        "needs \"bb\"", false},
       {"negative id", [](json& j) { j["model"]["vocab"]["a"] = -1; }, "has id -1", false},
       {"no vocab", [](json& j) { j["model"].erase("vocab"); }, "no \"vocab\" object", false},
@@ -97,8 +132,10 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Sequence"},
                                {"pretokenizers",
-                                {{{"type", "Split"}, {"pattern", {{"Regex", "(a"}}},
-                                  {"behavior", "Isolated"}, {"invert", false}},
+                                {{{"type", "Split"},
+                                  {"pattern", {{"Regex", "(a"}}},
+                                  {"behavior", "Isolated"},
+                                  {"invert", false}},
                                  {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
        },
        "PCRE2 cannot compile the regex /(a/", false},
@@ -106,8 +143,10 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Sequence"},
                                {"pretokenizers",
-                                {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}},
-                                  {"behavior", "Sideways"}, {"invert", false}},
+                                {{{"type", "Split"},
+                                  {"pattern", {{"Regex", "a"}}},
+                                  {"behavior", "Sideways"},
+                                  {"invert", false}},
                                  {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
        },
        "behavior \"Sideways\"", false},
@@ -119,7 +158,10 @@ TEST(TokenizerErrors, EachIsOneMessageNamingWhatAndWhatIsSupported) {
              {"special_tokens", json::object()}};
        },
        "uses \"<s>\" but its special_tokens has no ids", false},
-      {"added without content", [](json& j) { j["added_tokens"] = {{{"id", 3}}}; },
+      {"added without content",
+       [](json& j) {
+         j["added_tokens"] = {{{"id", 3}}};
+       },
        "added token 0 needs a string \"content\"", false},
   };
   for (const Case& c : cases) {

@@ -40,9 +40,9 @@ const Oracle& oracle() {
   return o;
 }
 
-#define REQUIRE_ORACLE()                                  \
-  const Oracle& o = oracle();                             \
-  if (!o.error.empty()) FAIL() << o.error;                \
+#define REQUIRE_ORACLE()                   \
+  const Oracle& o = oracle();              \
+  if (!o.error.empty()) FAIL() << o.error; \
   ASSERT_FALSE(o.docs.empty()) << "empty oracle corpus in " << o.dir
 
 std::vector<std::string_view> views(const std::vector<std::string>& docs, size_t n) {
@@ -133,8 +133,8 @@ TEST(Oracle, DecodeEqualsHuggingFace) {
         size_t p = 0;
         while (p < ours.size() && p < theirs[d].size() && ours[p] == theirs[d][p]) ++p;
         ADD_FAILURE() << kind << " skip_special_tokens=" << skip << " document " << d
-                      << " differs at byte " << p << ":\n  ours:   "
-                      << testing::escape(ours.substr(p >= 10 ? p - 10 : 0), 60)
+                      << " differs at byte " << p
+                      << ":\n  ours:   " << testing::escape(ours.substr(p >= 10 ? p - 10 : 0), 60)
                       << "\n  theirs: "
                       << testing::escape(theirs[d].substr(p >= 10 ? p - 10 : 0), 60);
       }

@@ -64,14 +64,15 @@ std::string tokenizers_version(std::string* error) {
   }
   const std::string log = fs::path(BW_ORACLE_CACHE).string() + fmt::format(".version.{}", getpid());
   fs::create_directories(fs::path(log).parent_path());
-  const int rc = run({python, "-c", "import tokenizers, sys; sys.stdout.write(tokenizers.__version__)"},
-                     log);
+  const int rc =
+      run({python, "-c", "import tokenizers, sys; sys.stdout.write(tokenizers.__version__)"}, log);
   const std::string out = slurp(log);
   fs::remove(log);
   if (rc != 0) {
-    *error = fmt::format("the tokenizer oracle needs Hugging Face `tokenizers` in {}, which cannot "
-                         "import it: run `{} -m pip install tokenizers` (or {})",
-                         python, python, fix);
+    *error = fmt::format(
+        "the tokenizer oracle needs Hugging Face `tokenizers` in {}, which cannot "
+        "import it: run `{} -m pip install tokenizers` (or {})",
+        python, python, fix);
     return "";
   }
   return out;
@@ -96,8 +97,8 @@ std::string run_oracle(const std::vector<std::string>& args) {
 std::string oracle_dir(std::string* error) {
   const std::string version = tokenizers_version(error);
   if (version.empty()) return "";
-  const std::string key = fmt::format("{:016x}", fnv1a(slurp(BW_ORACLE_SCRIPT) + "\n" + version +
-                                                       "\n" + BW_PYTHON));
+  const std::string key =
+      fmt::format("{:016x}", fnv1a(slurp(BW_ORACLE_SCRIPT) + "\n" + version + "\n" + BW_PYTHON));
   const fs::path root = BW_ORACLE_CACHE;
   const fs::path dir = root / fmt::format("tokenizers-{}-{}", version, key);
   if (fs::exists(dir / "done")) return dir.string();

@@ -2,6 +2,8 @@
 // categories get the code points of newer Unicode versions, constructs without an exact form are
 // refused, empty matches iterate as the onig crate iterates them, and long pathological pieces
 // (megabytes of spaces, the backtracking case of Llama 3's \s*[\r\n]+) match without failing.
+#include "tokenizer/pattern.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,10 +11,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tokenizer/pattern.h"
+#include "test_util.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/regex.h"
-#include "test_util.h"
 
 namespace bw::tokenizer {
 namespace {
@@ -74,7 +75,10 @@ TEST(Regex, SplitsAsTheGpt2AndLlama3PatternsDo) {
   using V = std::vector<std::string>;
   EXPECT_EQ(pieces(gpt2, "Hello world's 12345  x\n\n"),
             (V{"Hello", " world", "'s", " 12345", " ", " x", "\n\n"}));
-  EXPECT_EQ(pieces(gpt2, "a\xE1\xA0\x8E" "b"), (V{"a", "\xE1\xA0\x8E", "b"}));  // U+180E: not \s
+  EXPECT_EQ(pieces(gpt2,
+                   "a\xE1\xA0\x8E"
+                   "b"),
+            (V{"a", "\xE1\xA0\x8E", "b"}));  // U+180E: not \s
   const Regex llama(testing::kLlama3Regex, false, "t");
   EXPECT_EQ(pieces(llama, "I'LL 1234567 x\r\n\r\n  y"),
             (V{"I", "'LL", " ", "123", "456", "7", " x", "\r\n\r\n", " ", " y"}));
@@ -88,7 +92,9 @@ TEST(Regex, IteratesEmptyMatchesAsTheOnigCrate) {
   const Regex re("a*", false, "t");
   MatchScratch s(re);
   std::vector<std::pair<size_t, size_t>> got;
-  re.for_each_match(std::string_view("baab"), s, [&](size_t a, size_t b) { got.push_back({a, b}); });
+  re.for_each_match(std::string_view("baab"), s, [&](size_t a, size_t b) {
+    got.push_back({a, b});
+  });
   const std::vector<std::pair<size_t, size_t>> want = {{0, 0}, {1, 3}, {4, 4}};
   EXPECT_EQ(got, want);
   std::vector<std::pair<size_t, size_t>> multi;

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/byte_level.h"
 
@@ -76,10 +75,12 @@ inline nlohmann::json tiny_tokenizer(Style style, const std::string& training, i
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
   j["normalizer"] = nullptr;
-  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+  j["decoder"] = {{"type", "ByteLevel"},
+                  {"add_prefix_space", true},
+                  {"trim_offsets", true},
                   {"use_regex", true}};
-  j["model"] = {{"type", "BPE"},         {"dropout", nullptr},  {"unk_token", nullptr},
-                {"fuse_unk", false},     {"byte_fallback", false}, {"vocab", vocab},
+  j["model"] = {{"type", "BPE"},     {"dropout", nullptr},     {"unk_token", nullptr},
+                {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
                 {"merges", merges}};
   const auto add = [&](const std::string& content, bool special) {
     json t = {{"id", id_to.size()}, {"content", content}, {"single_word", false},
@@ -91,28 +92,31 @@ inline nlohmann::json tiny_tokenizer(Style style, const std::string& training, i
   };
   j["added_tokens"] = json::array();
   if (style == Style::kGpt2) {
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                          {"trim_offsets", true}, {"use_regex", true}};
-    j["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", true},
-                           {"trim_offsets", false}, {"use_regex", true}};
+    j["pre_tokenizer"] = {{"type", "ByteLevel"},
+                          {"add_prefix_space", false},
+                          {"trim_offsets", true},
+                          {"use_regex", true}};
+    j["post_processor"] = {{"type", "ByteLevel"},
+                           {"add_prefix_space", true},
+                           {"trim_offsets", false},
+                           {"use_regex", true}};
     add("<|endoftext|>", true);
   } else {
     j["model"]["ignore_merges"] = true;
-    j["pre_tokenizer"] = {
-        {"type", "Sequence"},
-        {"pretokenizers",
-         json::array({{{"type", "Split"},
-                       {"pattern", {{"Regex", kLlama3Regex}}},
-                       {"behavior", "Isolated"},
-                       {"invert", false}},
-                      {{"type", "ByteLevel"},
-                       {"add_prefix_space", false},
-                       {"trim_offsets", true},
-                       {"use_regex", false}}})}};
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", json::array({{{"type", "Split"},
+                                                          {"pattern", {{"Regex", kLlama3Regex}}},
+                                                          {"behavior", "Isolated"},
+                                                          {"invert", false}},
+                                                         {{"type", "ByteLevel"},
+                                                          {"add_prefix_space", false},
+                                                          {"trim_offsets", true},
+                                                          {"use_regex", false}}})}};
     const auto bos = add("<|begin_of_text|>", true);
     add("<|end_of_text|>", true);
-    json special = {{"<|begin_of_text|>",
-                     {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}};
+    json special = {
+        {"<|begin_of_text|>",
+         {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}};
     j["post_processor"] = {
         {"type", "TemplateProcessing"},
         {"single", json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
@@ -126,7 +130,8 @@ inline nlohmann::json tiny_tokenizer(Style style, const std::string& training, i
 inline std::string sample_text() {
   return "The quick brown fox jumps over the lazy dog. It's 2024, and we'll see 12345 "
          "numbers; don't they're I've I'm you'd. Ünïcödé naïve café — 日本語のテキスト, "
-         "русский текст, ελληνικά, العربية, हिन्दी. Emoji 👩🏿‍🔬 🇫🇷 1️⃣.\n\n\tTabs  and   "
+         "русский текст, ελληνικά, العربية, हिन्दी. Emoji 👩🏿‍🔬 🇫🇷 1️⃣.\n\n\tTabs  and  "
+         " "
          "spaces\r\n. the the the quick quick fox fox fox dog dog.";
 }
 

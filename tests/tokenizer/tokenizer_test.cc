@@ -24,8 +24,20 @@ Tokenizer tiny(Style style, int merges = 300) {
 
 std::vector<std::string> random_docs(int n, uint32_t seed) {
   std::mt19937 rng(seed);
-  const std::string pieces[] = {"the", " quick", "'s", " 123456", "\n\n", "  ", "日本", " é",
-                                "👩🏿‍🔬", "<|endoftext|>", "<|begin_of_text|>", "\t", "\r\n", "!!"};
+  const std::string pieces[] = {"the",
+                                " quick",
+                                "'s",
+                                " 123456",
+                                "\n\n",
+                                "  ",
+                                "日本",
+                                " é",
+                                "👩🏿‍🔬",
+                                "<|endoftext|>",
+                                "<|begin_of_text|>",
+                                "\t",
+                                "\r\n",
+                                "!!"};
   std::vector<std::string> docs(n);
   for (auto& d : docs) {
     const int len = static_cast<int>(rng() % 200);
@@ -102,7 +114,8 @@ TEST(Tokenizer, BatchIdsDoNotDependOnTheThreadCount) {
   std::vector<std::string_view> views(docs.begin(), docs.end());
   std::vector<std::vector<TokenId>> serial;
   for (const auto& d : docs) serial.push_back(tok.encode(d));
-  for (int threads : {1, 2, 3, 7, 16}) EXPECT_EQ(tok.encode_batch(views, threads), serial) << threads;
+  for (int threads : {1, 2, 3, 7, 16})
+    EXPECT_EQ(tok.encode_batch(views, threads), serial) << threads;
   EXPECT_TRUE(tok.encode_batch({}, 4).empty());
 }
 
@@ -129,9 +142,8 @@ TEST(Tokenizer, DescribesItself) {
 
 TEST(Tokenizer, LongPathologicalDocumentsEncode) {
   const Tokenizer tok = tiny(Style::kLlama3);
-  for (const std::string& s :
-       {std::string(2'000'000, ' '), std::string(1'000'000, 'e'), std::string(300'000, '9') + "x",
-        std::string(200'000, '\xff')}) {
+  for (const std::string& s : {std::string(2'000'000, ' '), std::string(1'000'000, 'e'),
+                               std::string(300'000, '9') + "x", std::string(200'000, '\xff')}) {
     const auto ids = tok.encode(s);
     EXPECT_EQ(tok.decode_bytes(ids), repair_utf8(s));
   }

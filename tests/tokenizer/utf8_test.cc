@@ -1,13 +1,14 @@
 // Lossy UTF-8 repair replaces each maximal ill-formed subpart with one U+FFFD, as Python's
 // bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy do (the cases' expected
 // counts are Python's); byte-level tables are a bijection of the 256 bytes.
+#include "tokenizer/utf8.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <set>
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/utf8.h"
 
 namespace bw::tokenizer {
 namespace {
@@ -26,14 +27,16 @@ TEST(Utf8, RepairsMaximalSubpartsAsPythonDoes) {
   };
   const std::vector<Case> cases = {
       {"\x80", kFffd},
-      {"\xC0\xAF", times(kFffd, 2)},                  // overlong lead
-      {"\xE0\x80\xAF", times(kFffd, 3)},              // overlong three-byte
-      {"\xED\xA0\x80", times(kFffd, 3)},              // a surrogate
-      {"\xF4\x90\x80\x80", times(kFffd, 4)},          // above U+10FFFF
-      {"\xE2\x82", kFffd},                            // truncated
-      {"\xF0\x9F\x98", kFffd},                        // truncated emoji
-      {"a\xF0\x9F\x98" "b", "a" + kFffd + "b"},
-      {"\xF8\x88\x80\x80\x80", times(kFffd, 5)},      // five-byte form
+      {"\xC0\xAF", times(kFffd, 2)},          // overlong lead
+      {"\xE0\x80\xAF", times(kFffd, 3)},      // overlong three-byte
+      {"\xED\xA0\x80", times(kFffd, 3)},      // a surrogate
+      {"\xF4\x90\x80\x80", times(kFffd, 4)},  // above U+10FFFF
+      {"\xE2\x82", kFffd},                    // truncated
+      {"\xF0\x9F\x98", kFffd},                // truncated emoji
+      {"a\xF0\x9F\x98"
+       "b",
+       "a" + kFffd + "b"},
+      {"\xF8\x88\x80\x80\x80", times(kFffd, 5)},  // five-byte form
       {"\xE2(\xA1", kFffd + "(" + kFffd},
       {"\xC3", kFffd},
       {"\xF0\x9F\x98\x80\xFF", "\xF0\x9F\x98\x80" + kFffd},
@@ -51,7 +54,9 @@ TEST(Utf8, RepairsMaximalSubpartsAsPythonDoes) {
     EXPECT_EQ(valid_utf8_prefix(c.in) == c.in.size(), valid);
     EXPECT_EQ(valid_utf8_prefix(c.out), c.out.size());
   }
-  EXPECT_EQ(count_invalid_utf8("\xC0\xAF" "a\xED\xA0\x80"), 5u);
+  EXPECT_EQ(count_invalid_utf8("\xC0\xAF"
+                               "a\xED\xA0\x80"),
+            5u);
 }
 
 TEST(Utf8, RepairedRandomBytesAreValidAndValidTextIsUntouched) {
@@ -77,11 +82,11 @@ TEST(ByteLevel, IsABijectionOfTheBytesOntoPrintableCharacters) {
     const std::string one(1, static_cast<char>(b));
     EXPECT_EQ(chars_to_bytes(bytes_to_chars(one)), one);
   }
-  EXPECT_EQ(bytes_to_chars(" "), "\xC4\xA0");  // Ġ
+  EXPECT_EQ(bytes_to_chars(" "), "\xC4\xA0");   // Ġ
   EXPECT_EQ(bytes_to_chars("\n"), "\xC4\x8A");  // Ċ
   EXPECT_EQ(bytes_to_chars("a!~"), "a!~");
   EXPECT_EQ(chars_to_bytes("<|endoftext|>"), "<|endoftext|>");
-  EXPECT_EQ(chars_to_bytes("日本"), std::nullopt);  // not table characters
+  EXPECT_EQ(chars_to_bytes("日本"), std::nullopt);      // not table characters
   EXPECT_EQ(chars_to_bytes("\xC5\x83"), "\xAD");        // U+0143, the last table character
   EXPECT_EQ(chars_to_bytes("\xC5\x84"), std::nullopt);  // U+0144, past the table
 }
