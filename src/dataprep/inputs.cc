@@ -73,7 +73,15 @@ InputList list_inputs(const std::vector<std::string>& inputs) {
       out.files.push_back({in, ends_with(in, ".jsonl"), bytes});
     }
   }
-  for (const auto& f : out.files) out.total_bytes += f.bytes;
+  for (const auto& f : out.files) {
+    // A text file is one document: refuse one over the limit now, not after hours of encoding.
+    if (!f.jsonl && f.bytes > kMaxDocumentBytes)
+      throw ConfigError(fmt::format(
+          "text file '{}' has {}, more than the limit of {} for one document; split it, or make "
+          "it a JSONL file of several documents",
+          f.path, io::human_bytes(f.bytes), io::human_bytes(kMaxDocumentBytes)));
+    out.total_bytes += f.bytes;
+  }
   return out;
 }
 

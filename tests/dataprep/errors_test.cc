@@ -92,6 +92,11 @@ TEST(PrepareErrors, InputsAndOutputsAreChecked) {
   mkfifo(fifo.c_str(), 0600);
   o.inputs = {fifo};
   expect_error(o, "is a FIFO");
+  const std::string huge = scratch() + "/huge.txt";  // sparse: 1 GiB + 1 byte, no disk used
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, (uint64_t{1} << 30) + 1);
+  o.inputs = {huge};
+  expect_error(o, "more than the limit of 1.0 GiB for one document");
   o.inputs = {write("empty.jsonl", "\n\n")};
   expect_error(o, "the inputs hold no document");
   write("nodocs/readme.md", "x");
