@@ -121,6 +121,19 @@ void FileWriter::write(const void* data, size_t bytes) {
   }
 }
 
+void FileWriter::write_at(uint64_t offset, const void* data, size_t bytes) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write", errno);
+    if (n == 0) fail("write", ENOSPC);
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 void FileWriter::sync() {
   // EINVAL: the file does not support syncing (a pipe, /dev/stdout); nothing to make durable.
   if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) fail("sync", errno);

@@ -52,6 +52,9 @@ class FileWriter {
 
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Overwrites bytes already written at `offset` (pwrite; the file position does not move), e.g.
+  // a header whose counts are known only at the end.
+  void write_at(uint64_t offset, const void* data, size_t bytes);
   void sync();   // fsync: the bytes are on stable storage when it returns
   void close();  // checked close
   const std::string& path() const { return path_; }

@@ -44,7 +44,7 @@ nlohmann::json parse(const Result& r) {
 TEST(Cli, HelpListsEverySubcommand) {
   Result r = run("--help");
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* sub : {"plan", "schedule", "simulate", "profile"})
+  for (const char* sub : {"plan", "schedule", "simulate", "profile", "data"})
     EXPECT_NE(r.out.find(sub), std::string::npos) << "missing subcommand " << sub << "\n" << r.out;
 }
 

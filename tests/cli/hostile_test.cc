@@ -571,10 +571,56 @@ std::vector<Case> multihost_cases() {
 #endif
 }
 
+// A minimal byte-level BPE tokenizer.json: enough for `data prepare` to start.
+std::string tiny_tokenizer(const std::string& model_type = "BPE") {
+  return file("tok_" + model_type + ".json",
+              R"({"version": "1.0", "model": {"type": ")" + model_type +
+                  R"(", "vocab": {"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 3},
+                 "merges": [["a", "b"]]},
+                 "added_tokens": [{"id": 3, "content": "<|endoftext|>", "special": true}],
+                 "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+                 "decoder": {"type": "ByteLevel"}})");
+}
+
+std::vector<Case> data_cases() {
+  const std::string tok = tiny_tokenizer();
+  const std::string in = file("docs.jsonl", "{\"text\": \"ab ab\"}\n{\"text\": \"ba\"}\n");
+  const auto prepare = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> a = {"data", "prepare", "--tokenizer", tok, "--out", dir() + "/" + out};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  return {
+      {"data_input_fifo", prepare({fifo()}, "d1"), 2, "is a FIFO"},
+      {"data_input_dev_zero", prepare({"/dev/zero"}, "d2"), 2, "is a character device"},
+      {"data_input_directory_empty", prepare({out_dir_with_link("empty_in", "x.md", "")}, "d3"), 2,
+       "has no .txt or .jsonl files"},
+      {"data_tokenizer_dev_zero",
+       {"data", "prepare", "--tokenizer", "/dev/zero", "--out", dir() + "/d4", in}, 2,
+       "is a character device"},
+      {"data_tokenizer_fifo",
+       {"data", "prepare", "--tokenizer", fifo(), "--out", dir() + "/d5", in}, 2, "is a FIFO"},
+      {"data_tokenizer_unsupported",
+       {"data", "prepare", "--tokenizer", tiny_tokenizer("WordPiece"), "--out", dir() + "/d6", in},
+       2, "the model WordPiece is not supported"},
+      {"data_out_dev_full",
+       {"data", "prepare", "--tokenizer", tok, "--out", "/dev/full", in}, 2, "is not a folder"},
+      {"data_shard_tokens_wrap", prepare({"--shard-tokens", "99999999999", in}, "d7"), 2,
+       "--shard-tokens must be in [1, 2147483647]"},
+      {"data_threads_huge", prepare({"--threads", "100000", in}, "d8"), 2,
+       "--threads must be in [1, 1024]"},
+      {"data_val_fraction_inf", prepare({"--val-fraction", "inf", in}, "d9"), 2,
+       "--val-fraction must be in (0, 1)"},
+      {"data_both_val_options", prepare({"--val-docs", "1", "--val-fraction", "0.5", in}, "d10"),
+       2, "not both"},
+      {"data_stdout_full", prepare({in}, "d11"), 2, "cannot write", "/dev/full"},
+  };
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> all;
   for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(),
-                    measure_cases(), train_cases(), multihost_cases()}) {
+                    data_cases(), measure_cases(), train_cases(), multihost_cases()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;

@@ -112,5 +112,18 @@ TEST(FileIo, DurableWritesReplaceWholeAndLeaveNoTmp) {
             std::string::npos);
 }
 
+TEST(FileIo, WriteAtOverwritesInPlaceAndChecksTheWrite) {
+  const std::string p = dir() + "/header.bin";
+  FileWriter out(p, "shard");
+  out.write("HHHHbody");
+  out.write_at(0, "head", 4);
+  out.write("!");  // appends after the body: write_at leaves the position alone
+  out.close();
+  EXPECT_EQ(read_file(p, 100, "shard"), "headbody!");
+  FileWriter full("/dev/full", "shard");
+  EXPECT_NE(error_of([&] { full.write_at(0, "x", 1); }).find("cannot write shard '/dev/full'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bw::io
