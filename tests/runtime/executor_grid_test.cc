@@ -171,6 +171,13 @@ TEST_P(ExecutorGrid, ThreadsMatchOneWorker) {
   for (const auto& [name, ref] : want.params) {
     const auto& t = got.params.at(name);
     auto excess = (t - ref).abs() - (param_abs + 1e-4 * ref.abs());
+    if (name.size() > 13 && name.compare(name.size() - 13, 13, "attn.qkv.bias") == 0) {
+      // The key bias's exact gradient is zero (softmax shift invariance): its trajectory is
+      // rounding noise that AdamW scales to up to lr per step (transparency_test.cc).
+      const int64_t d = ref.numel() / 3;
+      excess.narrow(0, d, d)
+          .copy_((t - ref).abs().narrow(0, d, d) - 2 * config.train.lr * config.train.steps);
+    }
     if (excess.max().item<double>() > 0 && bad++ < 5) {
       ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
     }
