@@ -21,8 +21,7 @@
 # links no libfmt (bw::fmt); a pure build (-DBW_WITH_TORCH=OFF) uses Debian's.
 
 option(BW_CUDA "Build the CUDA-capable variant (libtorch_cuda, c10_cuda, NCCL)" OFF)
-set(BW_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
-    "Python whose torch package provides LibTorch (also runs the tests' oracles)")
+# BW_PYTHON is defined in the top-level CMakeLists.txt.
 
 if(Torch_DIR)
   get_filename_component(BW_TORCH_ROOT "${Torch_DIR}/../../.." ABSOLUTE)

@@ -486,8 +486,7 @@ double estimate_device_bytes(const runtime::RunLayout& layout, const model::GptC
   // saved for backward; per sample, what each layer keeps for its backward with fused attention,
   // or only its input when recomputing (then one layer's activations exist while it runs again).
   const auto shape = model::shape_of(model);
-  const auto p = precision == model::Precision::kBf16 ? shape::Precision::kBf16
-                                                      : shape::Precision::kFp32;
+  const auto p = precision;
   const double per_param =
       shape::state_bytes_per_parameter(p) + shape::compute_copy_bytes_per_parameter(p);
   const double mbs = layout.microbatch_size;

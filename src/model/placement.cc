@@ -10,15 +10,6 @@
 
 namespace bw::model {
 
-Precision parse_precision(const std::string& name, const std::string& what) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  throw ConfigError(
-      fmt::format("{} = \"{}\" is not a precision; choose \"fp32\" or \"bf16\"", what, name));
-}
-
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
 Placement Placement::cpu(Precision precision) {
   Placement p;
   p.precision = precision;

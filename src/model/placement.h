@@ -21,13 +21,15 @@
 
 #include <string>
 
+#include "shape/shape.h"
+
 namespace bw::model {
 
-enum class Precision { kFp32, kBf16 };
-
-// "fp32" | "bf16"; ConfigError naming `what` and the choices otherwise.
-Precision parse_precision(const std::string& name, const std::string& what = "train.precision");
-const char* precision_name(Precision p);
+// The precision is the shape's (shape/shape.h): "fp32" | "bf16", parse_precision throws
+// ConfigError naming the choices.
+using shape::Precision;
+using shape::parse_precision;
+using shape::precision_name;
 
 struct Placement {
   torch::Device device = torch::kCPU;
