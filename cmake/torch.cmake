@@ -60,7 +60,35 @@ if(BW_CUDA)
   if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
     set(TORCH_CUDA_ARCH_LIST "9.0")
   endif()
-  find_package(Torch REQUIRED)
+  # TorchConfig looks for libtorch, libc10, libc10_cuda and kineto with find_library(... PATHS <root>/lib),
+  # which searches the system's library folders FIRST: on a machine that also has another
+  # LibTorch there (Debian's libtorch-dev puts 1.13 in /usr/lib), it would link that one's
+  # libtorch.so beside this one's headers. Found here in this LibTorch only, the cached results
+  # are what TorchConfig then uses.
+  foreach(lib torch c10 c10_cuda kineto)
+    set(var ${lib}_LIBRARY)
+    if(lib STREQUAL "torch")
+      set(var TORCH_LIBRARY)
+    elseif(lib STREQUAL "c10_cuda")
+      set(var C10_CUDA_LIBRARY)
+    endif()
+    find_library(${var} ${lib} PATHS "${BW_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
+    if(NOT ${var} AND NOT lib STREQUAL "kineto")
+      message(FATAL_ERROR "-DBW_CUDA=ON: ${BW_TORCH_ROOT}/lib has no lib${lib}.so; this LibTorch "
+                          "is not a CUDA build (pass -DBW_PYTHON or -DTorch_DIR of one)")
+    endif()
+  endforeach()
+  # Likewise TorchConfig's find_package(Caffe2 PATHS ...), which would find another LibTorch's
+  # Caffe2Config (its libtorch_cpu) first.
+  set(Caffe2_DIR "${BW_TORCH_ROOT}/share/cmake/Caffe2" CACHE PATH "LibTorch's Caffe2 package" FORCE)
+  find_package(Torch REQUIRED PATHS "${BW_TORCH_ROOT}/share/cmake/Torch" NO_DEFAULT_PATH)
+  foreach(lib IN LISTS TORCH_LIBRARIES)
+    string(FIND "${lib}" "${BW_TORCH_ROOT}/" at)
+    get_filename_component(name "${lib}" NAME)
+    if(IS_ABSOLUTE "${lib}" AND NOT at EQUAL 0 AND name MATCHES "^lib(torch|c10)")
+      message(FATAL_ERROR "LibTorch at ${BW_TORCH_ROOT} resolved ${lib} from another LibTorch")
+    endif()
+  endforeach()
   target_link_libraries(bw_torch INTERFACE ${TORCH_LIBRARIES})
   target_compile_definitions(bw_torch INTERFACE BW_CUDA=1)
 else()

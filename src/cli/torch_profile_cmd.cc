@@ -31,6 +31,7 @@ namespace {
 
 struct MeasureArgs {
   model::ProfileOptions options;
+  std::string precision = "fp32";
   std::string out = "profile.json";
   bool json = false;
 };
@@ -143,9 +144,13 @@ void add_measure(CLI::App& app) {
   cmd->add_option("--threads", args->options.threads, "intra-op threads (as a worker uses)")
       ->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "weight seed")->capture_default_str();
+  cmd->add_option("--precision", args->precision,
+                  "fp32 | bf16 (mixed, as train.precision runs it: autocast, bf16 activations)")
+      ->capture_default_str();
   cmd->add_option("--out,--output,-o", args->out, "profile JSON to write")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the profile JSON instead of a table");
   cmd->callback([cmd, args] {
+    args->options.precision = model::parse_precision(args->precision);
     const auto& o = args->options;
     require_count(o.vocab_size, 2, 1 << 20, "--vocab-size");
     require_count(o.microbatch_size, 1, 4096, "--microbatch-size");

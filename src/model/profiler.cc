@@ -59,14 +59,16 @@ int64_t nbytes(const torch::Tensor& t) {
 
 class LayerBench {
  public:
-  LayerBench(const GptConfig& c, int index, int mbs, uint64_t seed)
-      : kind_(layer_kind(c, index)), layer_(build_layer(c, index, seed)) {
+  LayerBench(const GptConfig& c, int index, int mbs, uint64_t seed, const Placement& placement)
+      : kind_(layer_kind(c, index)), layer_(build_layer(c, index, seed)), placement_(placement) {
     torch::NoGradGuard no_grad;
     auto gen_tokens = [&] { return torch::randint(c.vocab_size, {mbs, c.seq_len}, torch::kInt64); };
     if (kind_ == LayerKind::kEmbedding) {
       input_ = gen_tokens();
     } else {
-      input_ = torch::randn({mbs, c.seq_len, c.d_model}).set_requires_grad(true);
+      // What arrives from the previous layer: activations in the compute dtype.
+      input_ = torch::randn({mbs, c.seq_len, c.d_model}, placement_.activations())
+                   .set_requires_grad(true);
     }
     if (kind_ == LayerKind::kHead) targets_ = gen_tokens();
     for (auto& [name, p] : named_parameters(*layer_)) params_.push_back(p);
@@ -74,10 +76,16 @@ class LayerBench {
     grad_out_ = torch::randn_like(out);
   }
 
-  // Forward as the runtime runs it; the head's includes the loss.
+  // Forward as the runtime runs it (runtime::Executor::run_layer): under autocast, a non-head
+  // output in the compute dtype; the head's includes the loss.
   torch::Tensor run_forward() {
-    torch::Tensor out = layer_->forward(input_);
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(placement_);
+      out = layer_->forward(input_);
+    }
     if (kind_ == LayerKind::kHead) return lm_loss(out, targets_);
+    if (out.scalar_type() != placement_.compute_dtype) out = out.to(placement_.compute_dtype);
     return out;
   }
 
@@ -119,16 +127,18 @@ class LayerBench {
  private:
   LayerKind kind_;
   std::shared_ptr<Layer> layer_;
+  Placement placement_;
   torch::Tensor input_, targets_, grad_out_;
   std::vector<torch::Tensor> params_;
 };
 
 }  // namespace
 
-int64_t activation_bytes_formula(const GptConfig& c, int layer_index, int microbatch_size) {
-  // The model's shape (shape/shape.h), fp32, fused attention (no score matrix is kept).
+int64_t activation_bytes_formula(const GptConfig& c, int layer_index, int microbatch_size,
+                                 Precision precision) {
+  // The model's shape (shape/shape.h), fused attention (no score matrix is kept).
   const auto bytes = shape_of(c).activation_bytes_per_sample(
-      layer_index, {shape::Precision::kFp32, shape::Recompute::kNone, shape::Attention::kFused});
+      layer_index, {precision, shape::Recompute::kNone, shape::Attention::kFused});
   return static_cast<int64_t>(microbatch_size * bytes);
 }
 
@@ -148,10 +158,12 @@ MeasuredProfile measure_profile(const ProfileOptions& o) {
   result.model = o.model;
   result.microbatch_size = o.microbatch_size;
   result.seq_len = c.seq_len;
-  result.device = fmt::format("cpu ({} thread{})", o.threads, o.threads == 1 ? "" : "s");
+  const Placement placement = Placement::cpu(o.precision);
+  result.device = fmt::format("cpu ({} thread{}, {})", o.threads, o.threads == 1 ? "" : "s",
+                              precision_name(o.precision));
   result.activation_measured = heap_in_use() >= 0;
   for (int i = 0; i < num_layers(c); ++i) {
-    LayerBench bench(c, i, o.microbatch_size, o.seed);
+    LayerBench bench(c, i, o.microbatch_size, o.seed, placement);
     for (int w = 0; w < o.warmup; ++w) bench.backward_all(bench.run_forward());
     std::vector<double> fwd, bwd, bwd_in;
     for (int r = 0; r < o.repeats; ++r) {
@@ -176,7 +188,7 @@ MeasuredProfile measure_profile(const ProfileOptions& o) {
     m.backward_input_ms = bwd_in.empty() ? 0.0 : median(bwd_in);
     m.backward_weight_ms = std::max(0.0, m.backward_ms - m.backward_input_ms);
     int64_t act = result.activation_measured ? bench.measured_activation_bytes() : -1;
-    m.activation_bytes = act >= 0 ? act : activation_bytes_formula(c, i, o.microbatch_size);
+    m.activation_bytes = act >= 0 ? act : activation_bytes_formula(c, i, o.microbatch_size, o.precision);
     m.output_bytes = bench.output_bytes();
     m.param_bytes = bench.param_bytes();
     result.layers.push_back(m);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/placement.h"
 
 namespace bw::model {
 
@@ -41,6 +42,9 @@ struct ProfileOptions {
   int warmup = 2;
   int threads = 1;
   uint64_t seed = 1234;
+  // fp32, or bf16 mixed precision as the runtime runs it (model/placement.h): each layer under
+  // autocast, bf16 activations between layers, fp32 parameters.
+  Precision precision = Precision::kFp32;
 };
 
 struct LayerMeasurement {
@@ -72,7 +76,8 @@ MeasuredProfile measure_profile(const ProfileOptions& options);
 // a*b*s^2, projection input bsh, MLP input bsh, GELU input and output 8bsh; after Korthikanti et
 // al., MLSys'23, §4.1, without dropout masks); head 4*(2*b*s*h + b*s*V) + 8*b*s (LayerNorm and
 // LM-head inputs, log-softmax of the loss, targets).
-int64_t activation_bytes_formula(const GptConfig& config, int layer_index, int microbatch_size);
+int64_t activation_bytes_formula(const GptConfig& config, int layer_index, int microbatch_size,
+                                 Precision precision = Precision::kFp32);
 
 // The planner's profile JSON: {"model", "microbatch_size", "device", "layers": [{"name",
 // "forward_ms", "backward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",

@@ -165,9 +165,10 @@ void read_metrics(TrainRun& run) {
 // The failure-free run of `nodes` nodes and `steps` steps. CTest runs each case in its own
 // process, so references are shared on disk by every process of this binary (under a lock, per
 // binary build) instead of being trained again for every case.
-const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1) {
-  static std::map<std::tuple<int, int, int>, TrainRun> cache;
-  auto key = std::make_tuple(nodes, steps, fault_tolerance);
+const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1,
+                          const std::string& precision = "fp32") {
+  static std::map<std::tuple<int, int, int, std::string>, TrainRun> cache;
+  auto key = std::make_tuple(nodes, steps, fault_tolerance, precision);
   if (cache.count(key)) return cache[key];
   const auto stamp = fs::last_write_time(BW_BINARY).time_since_epoch().count();
   const auto shared = fs::temp_directory_path() /
@@ -176,7 +177,8 @@ const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1) {
   fs::create_directories(shared);
   const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(lock, LOCK_EX);
-  const auto name = fmt::format("reference_{}_{}_{}", nodes, steps, fault_tolerance);
+  const auto name =
+      fmt::format("reference_{}_{}_{}_{}", nodes, steps, fault_tolerance, precision);
   TrainRun run;
   run.out_dir = (shared / name).string();
   if (fs::exists(shared / (name + ".done"))) {
@@ -186,6 +188,7 @@ const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1) {
     fs::remove_all(run.out_dir);
     auto args = base_args(nodes, steps);
     args.push_back(fmt::format("--pipeline.fault_tolerance={}", fault_tolerance));
+    args.push_back("--train.precision=" + precision);
     args.push_back("--train.out_dir=" + run.out_dir);
     auto r = run_cli(args, run.out_dir + ".log", kDeadlineS);
     run.status = r.timed_out ? -1 : r.status;
@@ -201,6 +204,7 @@ const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1) {
 // Final parameters and AdamW moments of two runs agree within the transparency tolerance.
 void expect_same_state(const std::string& got_dir, const std::string& want_dir, int steps,
                        double abs_tolerance = kAbsTolerance) {
+  SCOPED_TRACE(got_dir);
   const auto got = runtime::load_checkpoint(runtime::checkpoint_dir(got_dir, steps));
   const auto want = runtime::load_checkpoint(runtime::checkpoint_dir(want_dir, steps));
   int bad = 0;
@@ -222,7 +226,8 @@ void expect_same_state(const std::string& got_dir, const std::string& want_dir, 
 }
 
 // Every step committed once, in order, with the reference's samples and (nearly) its loss.
-void expect_exactly_once(const TrainRun& got, const TrainRun& want, int first_step = 0) {
+void expect_exactly_once(const TrainRun& got, const TrainRun& want, int first_step = 0,
+                         double loss_rel_tolerance = 1e-5) {
   ASSERT_EQ(got.steps.size() + first_step, want.steps.size()) << got.output;
   for (size_t i = 0; i < got.steps.size(); ++i) {
     const auto& g = got.steps[i];
@@ -230,7 +235,7 @@ void expect_exactly_once(const TrainRun& got, const TrainRun& want, int first_st
     EXPECT_EQ(g.at("step"), w.at("step"));
     EXPECT_EQ(g.at("samples"), w.at("samples")) << "step " << w.at("step");
     const double lw = w.at("loss"), lg = g.at("loss");
-    EXPECT_NEAR(lg, lw, 1e-5 * std::abs(lw)) << "step " << w.at("step");
+    EXPECT_NEAR(lg, lw, loss_rel_tolerance * std::abs(lw)) << "step " << w.at("step");
   }
 }
 
@@ -254,7 +259,17 @@ struct FaultCase {
   int fault_tolerance = 1;
   int lost = 1;  // node_lost events expected
   std::vector<std::string> extra;
+  std::string precision = "fp32";
 };
+
+// bf16 (train.precision = "bf16"): the recovered run is compared with the bf16 failure-free run.
+// After the recovery the plan and the batch split differ, which reorders fp32 sums; the next
+// forward can then round a weight's bf16 copy one ulp (2^-8 relative) the other way. The
+// tolerances derived for that in the transparency tests (tests/runtime/transparency_test.cc)
+// apply: losses 2^-8 relative; parameters and moments 2^-8 * lr * steps + 1e-4 |p|. Samples are
+// still compared exactly, and replicas are still checked bitwise by the coordinator.
+constexpr double kBf16LossTolerance = 1.0 / 256;
+double bf16_abs_tolerance(int steps) { return 1e-2 * steps / 256; }
 
 void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.name; }
 
@@ -262,10 +277,11 @@ class Faults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(Faults, RunCompletesExactlyOnceAndMatchesTheFailureFreeRun) {
   const auto& c = GetParam();
-  const auto& want = reference(c.nodes, c.steps, c.fault_tolerance);
+  const auto& want = reference(c.nodes, c.steps, c.fault_tolerance, c.precision);
   ASSERT_EQ(want.status, 0) << want.output;
   auto args = base_args(c.nodes, c.steps);
   args.push_back(fmt::format("--pipeline.fault_tolerance={}", c.fault_tolerance));
+  args.push_back("--train.precision=" + c.precision);
   args.push_back("--elastic.inject=" + c.inject);
   args.insert(args.end(), c.extra.begin(), c.extra.end());
   const auto got = train(c.name, args);
@@ -275,8 +291,15 @@ TEST_P(Faults, RunCompletesExactlyOnceAndMatchesTheFailureFreeRun) {
   ASSERT_EQ(got.status, 0) << got.output << events;
   EXPECT_EQ(count_events(got, "node_lost"), c.lost) << got.output << events;
   EXPECT_GE(count_events(got, "recovered"), 1) << got.output;
-  expect_exactly_once(got, want);
-  expect_same_state(got.out_dir, want.out_dir, c.steps);
+  const bool bf16 = c.precision == "bf16";
+  expect_exactly_once(got, want, 0, bf16 ? kBf16LossTolerance : 1e-5);
+  expect_same_state(got.out_dir, want.out_dir, c.steps,
+                    bf16 ? bf16_abs_tolerance(c.steps) : kAbsTolerance);
+  if (bf16) {  // and bf16 really ran: its losses are not the fp32 run's
+    const auto& fp32 = reference(c.nodes, c.steps, c.fault_tolerance);
+    ASSERT_EQ(fp32.steps.size(), got.steps.size());
+    EXPECT_NE(fp32.steps.back().at("loss"), got.steps.back().at("loss"));
+  }
   expect_no_process_left(got);
 }
 
@@ -316,6 +339,13 @@ std::vector<FaultCase> fault_cases() {
   out.push_back({"agent_during_reconfigure",
                  "kill:node=3:step=3:phase=forward,agent:node=0:step=3:phase=reconfigure", 4, 8, 1,
                  2});
+  // bf16: a worker killed mid-backward, and a loss during state transfer (which moves the fp32
+  // master weights and moments, never their bf16 copies).
+  out.push_back({"bf16_kill_backward", "kill:node=2:step=3:phase=backward", 4, 8, 1, 1, {},
+                 "bf16"});
+  out.push_back({"bf16_during_state_transfer",
+                 "kill:node=3:step=3:phase=forward,kill:node=2:step=3:phase=state_transfer", 4, 8,
+                 1, 2, {}, "bf16"});
   return out;
 }
 

@@ -103,6 +103,42 @@ INSTANTIATE_TEST_SUITE_P(Sizes, ProfilerGrid,
                                   std::to_string(info.param.seq_len);
                          });
 
+// bf16 mixed precision, as the runtime runs it: activations cross layer boundaries in bf16 (half
+// the fp32 bytes), parameters stay fp32, and what autograd keeps follows the bf16 formula of the
+// model's shape (shape/shape.h), which must be smaller than the fp32 one.
+TEST(Profiler, Bf16HalvesTheBoundaryBytesAndFollowsItsFormula) {
+  ProfileOptions o;
+  o.model = "tiny";
+  o.microbatch_size = 4;
+  o.seq_len = 32;
+  o.repeats = 1;
+  o.warmup = 1;
+  o.precision = Precision::kBf16;
+  const MeasuredProfile bf16 = measure_profile(o);
+  o.precision = Precision::kFp32;
+  const MeasuredProfile fp32 = measure_profile(o);
+  EXPECT_NE(bf16.device.find("bf16"), std::string::npos) << bf16.device;
+  GptConfig c = named_config("tiny", 256);
+  c.seq_len = 32;
+  for (int i = 0; i < num_layers(c); ++i) {
+    SCOPED_TRACE(bf16.layers[i].name);
+    EXPECT_EQ(bf16.layers[i].param_bytes, fp32.layers[i].param_bytes);
+    if (i + 1 < num_layers(c)) {
+      EXPECT_EQ(2 * bf16.layers[i].output_bytes, fp32.layers[i].output_bytes);
+    }
+    const int64_t formula = activation_bytes_formula(c, i, 4, Precision::kBf16);
+    if (i > 0) EXPECT_LT(formula, activation_bytes_formula(c, i, 4, Precision::kFp32));
+    if (bf16.activation_measured && i > 0) {
+      // bf16 adds each layer's weight copies (autocast's cache) and small fp32 extras
+      // (normalisation statistics): the same allowance as fp32, plus the layer's bf16 weights.
+      const double allowance = 0.10 * formula + 32768 + bf16.layers[i].param_bytes / 2.0;
+      EXPECT_NEAR(static_cast<double>(bf16.layers[i].activation_bytes),
+                  static_cast<double>(formula), allowance)
+          << "measured " << bf16.layers[i].activation_bytes << " formula " << formula;
+    }
+  }
+}
+
 TEST(Profiler, BadOptionsAreConfigErrors) {
   ProfileOptions o;
   o.model = "tiny";
