@@ -26,6 +26,7 @@
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/local_nodes.h"
+#include "elastic/metrics_sink.h"
 #include "elastic/net.h"
 #include "elastic/planning.h"
 #include "elastic/process.h"
@@ -317,6 +318,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
                  runtime::to_toml(config, /*with_comments=*/false), "resolved config");
   summary.metrics_path = (fs::path(config.train.out_dir) / "metrics.jsonl").string();
   Metrics metrics(summary.metrics_path, first_step > 0);
+  std::unique_ptr<TensorBoardSink> tensorboard;
+  if (config.train.tensorboard) {
+    tensorboard = std::make_unique<TensorBoardSink>((fs::path(config.train.out_dir) / "tb").string());
+  }
 
   const int steps = config.train.steps;
   const double tokens_per_step =
@@ -365,6 +370,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     if (s.step == first_step) summary.first_loss = s.loss;
     if (!s.skipped) summary.final_loss = s.loss;
     metrics.step(s);
+    if (tensorboard) tensorboard->step(s);
     if (options.on_step) options.on_step(s);
   };
   auto checkpoint_info = [&](int steps_done, const RunPlan& plan, SkipCount skipped) {
@@ -542,6 +548,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     sup.on_event = [&](const Event& e) {
       summary.events.push_back(e);
       metrics.event(e);
+      if (tensorboard) tensorboard->event(e);
       if (options.on_event) options.on_event(e);
     };
     sup.on_plan = [&](const RunPlan& p) {

@@ -30,6 +30,8 @@ constexpr Kind kind_of() {
     return Kind::kFloat;
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     return Kind::kIntList;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return Kind::kBool;
   } else {
     static_assert(std::is_integral_v<T>);
     return Kind::kInt;
@@ -51,7 +53,8 @@ Field make(const char* key, S RunConfig::*section, T S::*member, const char* com
   f.comment = comment;
   f.set = [section, member](RunConfig& c, const Value& v, const std::string& name) {
     T& dst = c.*section.*member;
-    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, bool>) {
       dst = std::get<T>(v);
     } else if constexpr (std::is_same_v<T, std::vector<int>>) {
       dst.clear();
@@ -68,6 +71,8 @@ Field make(const char* key, S RunConfig::*section, T S::*member, const char* com
     const T& src = c.*section.*member;
     if constexpr (std::is_same_v<T, std::vector<int>>) {
       return std::vector<int64_t>(src.begin(), src.end());
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return src;
     } else if constexpr (std::is_integral_v<T>) {
       return static_cast<int64_t>(src);
     } else {
@@ -168,7 +173,9 @@ std::vector<Section> build_schema() {
              "with nonfinite = \"skip\": steps skipped in a row before the run stops"),
         make("precision", &R::train, &TrainConfig::precision,
              "\"fp32\", or \"bf16\" mixed precision (bf16 matmuls and activations, fp32 "
-             "master weights, optimizer state, loss and gradients)")}},
+             "master weights, optimizer state, loss and gradients)"),
+        make("tensorboard", &R::train, &TrainConfig::tensorboard,
+             "write TensorBoard event files (scalars per step, events as text) to out_dir/tb")}},
   };
 }
 
@@ -189,6 +196,8 @@ const char* kind_name(Kind kind) {
       return "a string";
     case Kind::kIntList:
       return "a list of integers";
+    case Kind::kBool:
+      return "true or false";
   }
   return "?";
 }
@@ -266,6 +275,9 @@ Value from_toml(const toml::node& node, Kind kind, const std::string& name,
         if (ok) return out;
       }
       break;
+    case Kind::kBool:
+      if (auto v = node.value_exact<bool>()) return *v;
+      break;
   }
   wrong_type(source, name, kind, describe(node));
 }
@@ -323,6 +335,10 @@ Value from_text(const std::string& raw, Kind kind, const std::string& name,
       if (ok) return out;
       break;
     }
+    case Kind::kBool:
+      if (text == "true") return true;
+      if (text == "false") return false;
+      break;
   }
   wrong_type(source, name, kind, fmt::format("\"{}\"", raw));
 }

@@ -87,6 +87,8 @@ struct TrainConfig {
   // "fp32", or "bf16": autocast matmuls and attention, bf16 activations between layers and
   // stages, fp32 master weights, moments, loss and gradients (model/placement.h).
   std::string precision = "fp32";
+  // TensorBoard event files in out_dir/tb (elastic/metrics_sink.h).
+  bool tensorboard = false;
   bool operator==(const TrainConfig&) const = default;
 };
 

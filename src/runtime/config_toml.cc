@@ -60,6 +60,8 @@ std::string toml_value(const detail::Value& v) {
           return toml_float(x);
         } else if constexpr (std::is_same_v<T, std::string>) {
           return toml_string(x);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return x ? "true" : "false";
         } else {
           return fmt::format("[{}]", fmt::join(x, ", "));
         }
