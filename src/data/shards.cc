@@ -43,8 +43,8 @@ std::vector<std::string> bin_files_in_directory(const std::string& dir) {
   if (train && val) {
     throw ConfigError(fmt::format(
         "data directory '{}' holds both training (*_train_*.bin) and validation (*_val_*.bin) "
-        "shards; pass --data.path='{}/*_train_*.bin' (and --data.val_path='{}/*_val_*.bin')",
-        dir, dir, dir));
+        "shards; pass the training shards as --data.path='{}/*_train_*.bin'",
+        dir, dir));
   }
   return files;
 }

@@ -153,7 +153,7 @@ TEST(Shards, FolderWithBothSplitsIsRefusedWithTheGlobs) {
   Shards s = write_shards("splits");
   write_token_bin((s.dir / "x_val_000000.bin").string(), random_tokens(50, 9));
   expect_contains(error_of([&] { TokenDataset::open(s.dir.string()); }),
-                  {"_train_*.bin", "_val_*.bin", "data.val_path"});
+                  {"_train_*.bin", "_val_*.bin", "--data.path="});
   EXPECT_EQ(TokenDataset::open((s.dir / "x_val_*.bin").string()).num_tokens(), 50);
   EXPECT_EQ(TokenDataset::open((s.dir / "x_train_*.bin").string()).num_tokens(),
             static_cast<int64_t>(s.all.size()));
