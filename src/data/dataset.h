@@ -10,9 +10,13 @@
 // Formats (docs/data.md):
 //   `.bin` (by magic, or any file named *.bin): version 1 = uint16 GPT-2 tokens, vocab 50257;
 //                  version 2 = uint32 tokens (llm.c's Llama-3 files), vocab 128256.
-//   directory:     the concatenation of its regular files in name order, skipping hidden files,
-//                  symlinks and `*.dat` (the fortune index files), read as raw text.
+//   directory:     with `*.bin` files: those shards in name order, one token stream;
+//                  otherwise the concatenation of its regular files in name order, skipping
+//                  hidden files, symlinks and `*.dat` (the fortune index files), read as raw text.
+//   a glob (`*`, `?`, `[`) naming no existing file: the `.bin` shards it matches, in name order.
 //   anything else: raw bytes.
+// A dataset of several shards is one token stream: token i of the stream is token i - start(s)
+// of the shard s holding it; a sample window may span two shards (as llm.c's loader reads them).
 #pragma once
 
 #include <cstdint>
@@ -62,18 +66,39 @@ class TokenDataset {
   // naming the file and position.
   void copy_tokens(int64_t first, int64_t count, int64_t* out) const;
 
-  // Used by the format readers (token_bin.cc, text.cc); not for callers.
+  // The same tokens checked against a vocabulary of `vocab` ids instead of the format's default
+  // (a tokenizer's, data/tokenized.h). ConfigError naming `source` if the token width cannot
+  // hold it or the data is raw text.
+  TokenDataset with_vocab(int vocab, const std::string& source) const;
+
+  // The files the tokens come from, in stream order (one for a single file, the text directory's
+  // name for a text directory).
+  std::vector<std::string> files() const;
+
+  // Used by the format readers (token_bin.cc, text.cc, shards.cc); not for callers.
   TokenDataset(std::string path, Format format, std::shared_ptr<const ByteSource> bytes,
                int64_t offset, int token_bytes, int64_t num_tokens, int vocab_size);
+  // One token stream from `parts` (token files of one version) in order; `name` is the
+  // directory or glob they were found by.
+  static TokenDataset concat(std::string name, const std::vector<TokenDataset>& parts);
 
  private:
+  struct Segment {
+    std::string path;
+    std::shared_ptr<const ByteSource> bytes;
+    const uint8_t* tokens;  // into bytes, at the first token
+    int64_t first;          // stream position of its first token
+    int64_t num_tokens;
+  };
+  TokenDataset() = default;
+  const Segment& segment_of(int64_t i) const;
+
   std::string path_;
-  Format format_;
-  std::shared_ptr<const ByteSource> bytes_;
-  const uint8_t* tokens_;  // into bytes_, at the first token
-  int token_bytes_;        // 1 (text), 2 or 4 (.bin)
-  int64_t num_tokens_;
-  int vocab_size_;
+  Format format_ = Format::kText;
+  std::shared_ptr<const std::vector<Segment>> segments_;  // in stream order, shared by copies
+  int token_bytes_ = 1;                                   // 1 (text), 2 or 4 (.bin)
+  int64_t num_tokens_ = 0;
+  int vocab_size_ = 0;
 };
 
 // The default corpus: the text of Debian's `fortunes` package, as a directory that open() reads
@@ -84,6 +109,12 @@ std::string default_corpus_path();
 bool has_token_bin_magic(const ByteSource& bytes);
 TokenDataset open_token_bin(const std::string& path, std::shared_ptr<const ByteSource> bytes);
 TokenDataset open_text_directory(const std::string& path);
+// The `.bin` shards of a directory (none: an empty vector) or of a glob, in name
+// order. A glob that matches nothing is a ConfigError.
+std::vector<std::string> bin_files_in_directory(const std::string& dir);
+std::vector<std::string> expand_glob(const std::string& pattern);
+bool is_glob(const std::string& path);
+TokenDataset open_shards(const std::string& name, const std::vector<std::string>& files);
 
 // Maps a whole regular file read-only; ConfigError if missing, unreadable or empty.
 std::shared_ptr<const ByteSource> map_file(const std::string& path);

@@ -67,7 +67,7 @@ TokenDataset open_token_bin(const std::string& path, std::shared_ptr<const ByteS
   int64_t payload = size - kHeaderBytes;
   if (count <= 0 || count * token_bytes != payload) {
     throw ConfigError(
-        fmt::format("token file '{}' declares {} tokens ({} bytes) but holds {} "
+        fmt::format("token file '{}' declares {} tokens at header offset 8 ({} bytes) but holds {} "
                     "bytes after its header; the file is truncated or corrupt",
                     path, count, count * token_bytes, payload));
   }
