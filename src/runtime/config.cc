@@ -26,6 +26,8 @@ template <class T>
 constexpr Kind kind_of() {
   if constexpr (std::is_same_v<T, std::string>) {
     return Kind::kString;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return Kind::kBool;
   } else if constexpr (std::is_same_v<T, double>) {
     return Kind::kFloat;
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
@@ -51,7 +53,8 @@ Field make(const char* key, S RunConfig::*section, T S::*member, const char* com
   f.comment = comment;
   f.set = [section, member](RunConfig& c, const Value& v, const std::string& name) {
     T& dst = c.*section.*member;
-    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, bool>) {
       dst = std::get<T>(v);
     } else if constexpr (std::is_same_v<T, std::vector<int>>) {
       dst.clear();
@@ -68,6 +71,8 @@ Field make(const char* key, S RunConfig::*section, T S::*member, const char* com
     const T& src = c.*section.*member;
     if constexpr (std::is_same_v<T, std::vector<int>>) {
       return std::vector<int64_t>(src.begin(), src.end());
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return src;
     } else if constexpr (std::is_integral_v<T>) {
       return static_cast<int64_t>(src);
     } else {
@@ -84,7 +89,9 @@ std::vector<Section> build_schema() {
        {make("name", &R::model, &ModelConfig::name,
              "GPT size: \"tiny\", \"small\" or \"gpt2-124m\""),
         make("seed", &R::model, &ModelConfig::seed,
-             "initial weights of layer i depend only on (seed, i)")}},
+             "initial weights of layer i depend only on (seed, i)"),
+        make("tie_embeddings", &R::model, &ModelConfig::tie_embeddings,
+             "LM head uses the token embedding matrix (a copy on each stage, gradients summed)")}},
       {"data",
        {make("path", &R::data, &DataConfig::path,
              "text file, directory of text files or llm.c .bin tokens; \"\" = fortunes corpus"),
@@ -189,6 +196,8 @@ const char* kind_name(Kind kind) {
       return "a string";
     case Kind::kIntList:
       return "a list of integers";
+    case Kind::kBool:
+      return "true or false";
   }
   return "?";
 }
@@ -252,6 +261,9 @@ Value from_toml(const toml::node& node, Kind kind, const std::string& name,
     case Kind::kString:
       if (auto v = node.value_exact<std::string>()) return *v;
       break;
+    case Kind::kBool:
+      if (auto v = node.value_exact<bool>()) return *v;
+      break;
     case Kind::kIntList:
       if (const auto* arr = node.as_array()) {
         std::vector<int64_t> out;
@@ -304,6 +316,10 @@ Value from_text(const std::string& raw, Kind kind, const std::string& name,
         return text.substr(1, text.size() - 2);
       }
       return raw;
+    case Kind::kBool:
+      if (text == "true") return true;
+      if (text == "false") return false;
+      break;
     case Kind::kIntList: {
       std::string body = text;
       if (body.size() >= 2 && body.front() == '[' && body.back() == ']') {

@@ -13,9 +13,9 @@
 
 namespace bw::runtime::detail {
 
-enum class Kind { kInt, kFloat, kString, kIntList };
+enum class Kind { kInt, kFloat, kString, kIntList, kBool };
 
-using Value = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+using Value = std::variant<int64_t, double, std::string, std::vector<int64_t>, bool>;
 
 struct Field {
   std::string key;
