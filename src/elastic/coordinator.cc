@@ -240,7 +240,11 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   const std::string data_path =
       config.data.path.empty() ? data::default_corpus_path() : config.data.path;
   auto dataset = data::TokenDataset::open(data_path);
-  const auto model = model::named_config(config.model.name, dataset.vocab_size());
+  const auto model = [&] {
+    auto m = model::named_config(config.model.name, dataset.vocab_size());
+    m.tie_embeddings = config.model.tie_embeddings;
+    return m;
+  }();
   {
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));
@@ -276,6 +280,16 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     run.workers = {0};
   } else {
     std::tie(ctx, run) = initial_plan(config, model, world);
+  }
+  for (const auto& pl : run.layout.pipelines) {  // the planner may shard stages from a profile
+    for (int w : pl.widths) {
+      if (model.tie_embeddings && w > 1) {
+        throw ConfigError(
+            "model.tie_embeddings does not combine with sharded stages, and the plan shards a "
+            "stage over several devices; give pipeline.profile a memory budget that fits one "
+            "device per stage, or use --model.tie_embeddings=false");
+      }
+    }
   }
   for (const auto& f : faults) {  // a fault that can never fire is a mistake, not a no-op
     const int nodes = world == 1 ? 1 : ctx.cluster.num_nodes;
@@ -358,6 +372,19 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     }
     const double mean_s = timed_steps > 0 ? timed_s / timed_steps : s.step_s;
     s.eta_s = mean_s * (steps - s.step - 1);
+    // The copies of a tied matrix (model.tie_embeddings) ran the step with the same bits.
+    std::map<std::string, std::pair<int, int64_t>> tied_first;  // group -> (rank, checksum)
+    for (const auto& r : s.reports) {
+      for (const auto& [group, sums] : r.tied) {
+        for (int64_t sum : sums) {
+          auto [it, fresh] = tied_first.emplace(group, std::make_pair(r.rank, sum));
+          BW_CHECK(fresh || it->second.second == sum,
+                   "step {}: the copies of tied matrix '{}' diverged (rank {} has checksum {}, "
+                   "rank {} has {})",
+                   s.step, group, it->second.first, it->second.second, r.rank, sum);
+        }
+      }
+    }
     if (summary.peak_rss_kb.size() < s.reports.size()) {
       summary.peak_rss_kb.resize(s.reports.size(), 0);
       summary.compute_share.resize(s.reports.size(), 0.0);
@@ -382,6 +409,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
                   {"layout", runtime::to_json(plan.layout)},
                   {"skipped_steps", skipped.total},
                   {"consecutive_skips", skipped.consecutive}};
+    if (auto tied = runtime::tied_record(model); !tied.is_null()) info.extra["tied"] = tied;
     return info;
   };
 

@@ -218,6 +218,19 @@ nlohmann::json checksums(runtime::ModelState& state, const runtime::Worker& work
   for (const auto& [key, sums] : worker.shards().segment_checksums()) {
     out[key] = {fmt::format("{:016x}", sums.first), fmt::format("{:016x}", sums.second)};
   }
+  // Every copy of a tied matrix, in every pipeline, must end bitwise equal: one key per group,
+  // which the supervisor's replica check compares across ranks.
+  for (const auto& [group, sums] : state.tied_copy_checksums()) {
+    for (const auto& s : sums) {
+      const auto key = "tied/" + group;
+      const nlohmann::json value = {fmt::format("{:016x}", s.first),
+                                    fmt::format("{:016x}", s.second)};
+      if (out.contains(key)) {
+        BW_CHECK(out[key] == value, "the copies of tied matrix '{}' on this rank differ", group);
+      }
+      out[key] = value;
+    }
+  }
   return out;
 }
 
@@ -253,6 +266,7 @@ void run_generation(Context& cx, int g) {
   cx.step = first_step;
   if (!cx.state) {
     auto model = model::named_config(cx.config.model.name, layout.vocab_size);
+    model.tie_embeddings = cx.config.model.tie_embeddings;
     cx.state = std::make_unique<runtime::ModelState>(cx.config.train, model,
                                                      static_cast<uint64_t>(cx.config.model.seed));
     cx.state->steps_done = first_step;

@@ -92,10 +92,15 @@ class BlockLayer final : public Layer {
 
 class HeadLayer final : public Layer {
  public:
-  HeadLayer(const GptConfig& c, int index, at::Generator& gen) : Layer(index) {
+  HeadLayer(const GptConfig& c, int index, at::Generator& gen, at::Generator& embedding_gen)
+      : Layer(index) {
     ln_w_ = add_parameter("ln_f.weight", torch::ones({c.d_model}));
     ln_b_ = add_parameter("ln_f.bias", torch::zeros({c.d_model}));
-    head_w_ = add_parameter("lm_head.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
+    // Tied: the embedding layer draws "wte.weight" first from its generator, so the same first
+    // draw from a generator in the same state gives the same bits.
+    at::Generator& head_gen = c.tie_embeddings ? embedding_gen : gen;
+    head_w_ =
+        add_parameter("lm_head.weight", normal(head_gen, {c.vocab_size, c.d_model}, kInitStd));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, kLayerNormEps);
@@ -161,9 +166,14 @@ int num_layers(const GptConfig& config) { return config.n_blocks + 2; }
 shape::TransformerShape shape_of(const GptConfig& config) {
   auto s = shape::gpt2_shape(config.name, config.vocab_size, config.seq_len, config.d_model,
                              config.n_heads, config.n_blocks);
-  s.tied_embeddings = false;
+  s.tied_embeddings = config.tie_embeddings;
   s.validate();
   return s;
+}
+
+std::vector<TiedGroup> tied_groups(const GptConfig& config) {
+  if (!config.tie_embeddings) return {};
+  return {TiedGroup{"wte", {{0, "wte.weight"}, {num_layers(config) - 1, "lm_head.weight"}}}};
 }
 
 LayerKind layer_kind(const GptConfig& config, int layer_index) {
@@ -184,8 +194,10 @@ std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uin
       return std::make_shared<EmbeddingLayer>(config, layer_index, gen);
     case LayerKind::kBlock:
       return std::make_shared<BlockLayer>(config, layer_index, gen);
-    case LayerKind::kHead:
-      return std::make_shared<HeadLayer>(config, layer_index, gen);
+    case LayerKind::kHead: {
+      auto embedding_gen = at::detail::createCPUGenerator(mix_seed(seed, 0));
+      return std::make_shared<HeadLayer>(config, layer_index, gen, embedding_gen);
+    }
   }
   BW_CHECK(false, "unreachable layer kind");
 }

@@ -5,7 +5,14 @@
 // Layers, for num_layers(c) = c.n_blocks + 2:
 //   0            token + position embedding: int64 tokens [mb, T] -> float [mb, T, d]
 //   1..n_blocks  pre-LayerNorm block (causal self-attention, GELU MLP): [mb, T, d] -> [mb, T, d]
-//   n_blocks+1   final LayerNorm + LM head (untied): [mb, T, d] -> logits [mb, T, vocab]
+//   n_blocks+1   final LayerNorm + LM head: [mb, T, d] -> logits [mb, T, vocab]
+//
+// Tied embeddings (tie_embeddings): the head's LM head weight is the token embedding matrix. The
+// model then keeps two copies of it, layer 0's "wte.weight" and the head's "lm_head.weight", so
+// that the embedding and the head can sit on different devices (Megatron-LM's embedding group);
+// both are initialised bit for bit identically (the head's copy is drawn from layer 0's
+// generator) and tied_groups() names them. The runtime sums the copies' gradients every step
+// before the optimizer (runtime/grad_sync.h), which keeps them bitwise equal.
 //
 // Invariants: a layer's initial weights depend only on (seed, layer index), so every device that
 // builds layer i builds it bit for bit identically; there is no dropout and no other randomness in
@@ -36,7 +43,24 @@ struct GptConfig {
   int d_model = 32;
   int n_heads = 2;
   int n_blocks = 2;
+  // The LM head uses the token embedding matrix (two copies, see above); false: its own matrix.
+  bool tie_embeddings = false;
 };
+
+// Parameters that are one matrix of the model held as copies in several layers.
+struct TiedParameter {
+  int layer = 0;
+  std::string name;  // as in Layer::parameter_list()
+};
+struct TiedGroup {
+  std::string name;                    // e.g. "wte"
+  std::vector<TiedParameter> members;  // in layer order; members[0] is the primary copy
+};
+
+// The tied groups of the model: none when untied, else {"wte", [(0, "wte.weight"),
+// (n_blocks + 1, "lm_head.weight")]}. The runtime's only source of ties (gradient sum, norm,
+// checkpoints).
+std::vector<TiedGroup> tied_groups(const GptConfig& config);
 
 // "tiny" (tests: d 32, 2 heads, 2 blocks, seq 16), "small" (demo: d 128, 4 heads, 4 blocks,
 // seq 64), "gpt2-124m" (d 768, 12 heads, 12 blocks, seq 1024); "<name>:<n>" takes those shapes
@@ -48,7 +72,7 @@ GptConfig named_config(const std::string& name, int vocab_size);
 int num_layers(const GptConfig& config);
 
 // The model's shape (shape/shape.h): parameter counts, FLOPs, activation and state bytes come
-// from it. Today's GPT is GPT-2-shaped with an untied head.
+// from it. Today's GPT is GPT-2-shaped; its head is tied when config.tie_embeddings.
 shape::TransformerShape shape_of(const GptConfig& config);
 
 enum class LayerKind { kEmbedding, kBlock, kHead };
@@ -76,7 +100,8 @@ class Layer : public torch::nn::Module {
 
 // Builds layer `layer_index` with weights drawn from a generator seeded by (seed, layer_index):
 // linear and embedding weights N(0, 0.02), residual output projections N(0, 0.02/sqrt(2*n_blocks))
-// (GPT-2), biases 0, LayerNorm weight 1 and bias 0. Parameters are float32 on the CPU.
+// (GPT-2), biases 0, LayerNorm weight 1 and bias 0; a tied head's copy of the embedding matrix
+// from layer 0's generator (equal to layer 0's "wte.weight"). Parameters are float32 on the CPU.
 std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uint64_t seed);
 
 // Mean cross-entropy over all tokens: logits [mb, T, V], targets int64 [mb, T].

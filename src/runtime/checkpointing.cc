@@ -272,6 +272,43 @@ std::string resolve_sidecar(const std::string& sidecar_or_dir) {
       sidecar_or_dir));
 }
 
+// extra["tied"] (tied_record): each copy gets its primary's tensor and optimizer state.
+void fill_tied_copies(LoadedCheckpoint& ckpt, const std::string& sidecar) {
+  const auto& extra = ckpt.info.extra;
+  if (!extra.is_object() || !extra.contains("tied")) return;
+  const auto& tied = extra.at("tied");
+  auto bad = [&](const std::string& why) {
+    return ConfigError(fmt::format(
+        "checkpoint '{}': extra.tied {}; the sidecar was edited or damaged, resume from another "
+        "checkpoint",
+        sidecar, why));
+  };
+  if (!tied.is_array()) throw bad("must be a list of lists of tensor names");
+  for (const auto& group : tied) {
+    if (!group.is_array() || group.size() < 2) throw bad("must list at least two names per group");
+    for (const auto& n : group) {
+      if (!n.is_string()) throw bad("must hold tensor names (strings)");
+    }
+    const std::string primary = group[0].get<std::string>();
+    auto it = ckpt.weights.find(primary);
+    if (it == ckpt.weights.end()) throw bad(fmt::format("names '{}', which is not stored", primary));
+    for (size_t i = 1; i < group.size(); ++i) {
+      const std::string copy = group[i].get<std::string>();
+      if (copy.rfind("layers.", 0) != 0 || ckpt.weights.count(copy) > 0) {
+        throw bad(fmt::format("names the copy '{}', which is stored or not a layer tensor", copy));
+      }
+      ckpt.weights[copy] = it->second;
+      const std::string prefix = primary + ".";
+      std::vector<std::pair<std::string, torch::Tensor>> state;
+      for (auto o = ckpt.optimizer.lower_bound(prefix);
+           o != ckpt.optimizer.end() && o->first.rfind(prefix, 0) == 0; ++o) {
+        state.emplace_back(copy + o->first.substr(primary.size()), o->second);
+      }
+      for (auto& [name, t] : state) ckpt.optimizer[name] = t;
+    }
+  }
+}
+
 }  // namespace
 
 CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir) {
@@ -310,6 +347,19 @@ LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
   };
   out.weights = load(out.info.weights);
   out.optimizer = load(out.info.optimizer);
+  fill_tied_copies(out, sidecar);
+  return out;
+}
+
+nlohmann::json tied_record(const model::GptConfig& model) {
+  const auto ties = model::tied_groups(model);
+  if (ties.empty()) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& tie : ties) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& m : tie.members) names.push_back(checkpoint_tensor_name(m.layer, m.name));
+    out.push_back(names);
+  }
   return out;
 }
 

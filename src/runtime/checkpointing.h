@@ -21,8 +21,10 @@
 #include <torch/types.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "model/gpt.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/worker.h"
@@ -72,11 +74,18 @@ struct LoadedCheckpoint {
   std::map<std::string, torch::Tensor> weights;
   std::map<std::string, torch::Tensor> optimizer;
 };
+// Tied matrices are stored once (ModelState::parameters_of): the sidecar's extra["tied"] lists
+// each tied group's checkpoint names, [[primary, copy, ...], ...]; absent when the model has
+// no ties. tied_record(model) is that list, or null for an untied model.
+nlohmann::json tied_record(const model::GptConfig& model);
+
 // Reads a checkpoint from its sidecar path or its directory and verifies it: the sidecar's step
 // fits its data position and config (resume_check.h), each tensor file's size and CRC-32C match
 // the sidecar's record (version 2), each file's data CRC matches its header, and the step the
 // files were written at matches the sidecar's. A staging (`.tmp`) or `.old` directory is
-// refused. Every failure is a ConfigError naming the file and what to do.
+// refused. The copies of tied matrices (extra["tied"]) are filled in from their primary, with
+// its optimizer state, so `weights` names every parameter of every layer. Every failure is a
+// ConfigError naming the file and what to do.
 LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir);
 // Only the sidecar of the checkpoint (same resolution and sidecar checks, no tensor files).
 CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir);

@@ -26,6 +26,8 @@ template <class T>
 constexpr Kind kind_of() {
   if constexpr (std::is_same_v<T, std::string>) {
     return Kind::kString;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return Kind::kBool;
   } else if constexpr (std::is_same_v<T, double>) {
     return Kind::kFloat;
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
@@ -89,7 +91,9 @@ std::vector<Section> build_schema() {
        {make("name", &R::model, &ModelConfig::name,
              "GPT size: \"tiny\", \"small\" or \"gpt2-124m\""),
         make("seed", &R::model, &ModelConfig::seed,
-             "initial weights of layer i depend only on (seed, i)")}},
+             "initial weights of layer i depend only on (seed, i)"),
+        make("tie_embeddings", &R::model, &ModelConfig::tie_embeddings,
+             "LM head uses the token embedding matrix (a copy on each stage, gradients summed)")}},
       {"data",
        {make("path", &R::data, &DataConfig::path,
              "text file, directory of text files or llm.c .bin tokens; \"\" = fortunes corpus"),
@@ -261,6 +265,9 @@ Value from_toml(const toml::node& node, Kind kind, const std::string& name,
     case Kind::kString:
       if (auto v = node.value_exact<std::string>()) return *v;
       break;
+    case Kind::kBool:
+      if (auto v = node.value_exact<bool>()) return *v;
+      break;
     case Kind::kIntList:
       if (const auto* arr = node.as_array()) {
         std::vector<int64_t> out;
@@ -316,6 +323,10 @@ Value from_text(const std::string& raw, Kind kind, const std::string& name,
         return text.substr(1, text.size() - 2);
       }
       return raw;
+    case Kind::kBool:
+      if (text == "true") return true;
+      if (text == "false") return false;
+      break;
     case Kind::kIntList: {
       std::string body = text;
       if (body.size() >= 2 && body.front() == '[' && body.back() == ']') {

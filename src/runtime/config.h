@@ -17,6 +17,7 @@ namespace bw::runtime {
 struct ModelConfig {
   std::string name = "small";  // "tiny" | "small" | "gpt2-124m"
   int64_t seed = 1234;         // initial weights of layer i depend only on (seed, i)
+  bool tie_embeddings = false;  // the LM head uses the token embedding matrix (model/gpt.h)
   bool operator==(const ModelConfig&) const = default;
 };
 

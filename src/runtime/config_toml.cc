@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -145,6 +146,18 @@ void validate(const RunConfig& c) {
         "but pipeline.microbatch_size is {}; raise microbatch_size to >= {} or lower "
         "devices_per_stage",
         p.devices_per_stage, p.microbatch_size, p.devices_per_stage));
+  }
+  if (c.model.tie_embeddings) {
+    // The tied copies' gradient sum works on whole layers; a sharded stage holds slices.
+    const bool sharded = p.devices_per_stage > 1 ||
+                         std::any_of(p.stage_devices.begin(), p.stage_devices.end(),
+                                     [](int w) { return w > 1; });
+    if (sharded) {
+      throw ConfigError(
+          "model.tie_embeddings does not combine with sharded stages (pipeline.devices_per_stage "
+          "or pipeline.stage_devices above 1); use stages of one device, or "
+          "--model.tie_embeddings=false");
+    }
   }
   if (!p.stage_devices.empty()) {
     in_range(static_cast<int64_t>(p.stage_devices.size()), 1, kMaxWorldSize,

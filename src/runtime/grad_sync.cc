@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/check.h"
+#include "core/error.h"
 #include "runtime/shard.h"
 
 namespace bw::runtime {
@@ -25,7 +26,8 @@ void zero_gradients(const std::map<int, std::shared_ptr<model::Layer>>& layers) 
 
 GradSync::GradSync(const RunLayout& layout, int rank,
                    std::map<int, std::shared_ptr<model::Layer>> layers,
-                   const TransportFactory& make_group, Transport* world, StageShards* shards)
+                   const TransportFactory& make_group, Transport* world, StageShards* shards,
+                   const std::vector<model::TiedGroup>& ties)
     : layout_(layout), rank_(rank), layers_(std::move(layers)), world_(world), shards_(shards) {
   auto make = [&](const std::vector<int>& ranks) -> Transport* {
     if (ranks.size() <= 1) return nullptr;
@@ -78,6 +80,58 @@ GradSync::GradSync(const RunLayout& layout, int rank,
     mine.bucket = std::move(b);
     mine_.push_back(std::move(mine));
   }
+  // Tied groups, after every bucket: the ranks of this rank's pipeline holding a copy.
+  const int pipeline = layout.locate(rank).first;
+  for (const auto& tie : ties) {
+    std::vector<int> ranks;
+    MyTie mine;
+    mine.name = tie.name;
+    for (size_t i = 0; i < tie.members.size(); ++i) {
+      const auto& m = tie.members[i];
+      if (layout.segmented(m.layer)) {
+        throw ConfigError(fmt::format(
+            "layer {} holds a copy of the tied matrix '{}' but runs on a sharded stage; tied "
+            "embeddings need stages of one device (pipeline.devices_per_stage = 1) or "
+            "model.tie_embeddings = false",
+            m.layer, tie.name));
+      }
+      if (i > 0) norm_skip_.emplace(m.layer, m.name);
+      const int holder = layout.rank_of_layer(pipeline, m.layer);
+      if (std::find(ranks.begin(), ranks.end(), holder) == ranks.end()) ranks.push_back(holder);
+      if (holder != rank) continue;
+      BW_CHECK(layers_.count(m.layer) == 1, "rank {} holds tied layer {} but has no such layer",
+               rank, m.layer);
+      bool found = false;
+      for (const auto& [name, p] : layers_.at(m.layer)->parameter_list()) {
+        if (name != m.name) continue;
+        mine.params.push_back(p);
+        found = true;
+      }
+      BW_CHECK(found, "layer {} has no parameter '{}' of tied group '{}'", m.layer, m.name,
+               tie.name);
+    }
+    if (mine.params.empty()) continue;
+    std::sort(ranks.begin(), ranks.end());
+    mine.group = make(ranks);
+    tied_.push_back(std::move(mine));
+  }
+}
+
+std::map<std::string, std::vector<int64_t>> GradSync::tied_checksums() const {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& t : tied_) {
+    for (const auto& p : t.params) {
+      BW_CHECK(p.element_size() == 4, "tied copy of '{}' is not 32-bit", t.name);
+      out[t.name].push_back(p.detach().view(torch::kInt32).sum().item<int64_t>());
+    }
+  }
+  return out;
+}
+
+int GradSync::num_tied_across() const {
+  int n = 0;
+  for (const auto& t : tied_) n += t.group != nullptr ? 1 : 0;
+  return n;
 }
 
 void GradSync::sync_gradients() {
@@ -101,11 +155,20 @@ void GradSync::sync_gradients() {
       offset += n;
     }
   }
+  for (auto& t : tied_) {
+    // Two copies (embedding and head): fl(a + b) is the same in any order, so every copy, local
+    // or across ranks, ends with the same bits.
+    auto sum = t.params.front().grad().clone();
+    for (size_t i = 1; i < t.params.size(); ++i) sum.add_(t.params[i].grad());
+    if (t.group != nullptr) t.group->allreduce_sum(sum);
+    for (auto& p : t.params) p.mutable_grad().copy_(sum);
+  }
 }
 
 std::vector<std::unique_ptr<Transport>> GradSync::release_groups() {
   std::vector<std::unique_ptr<Transport>> out;
   for (auto& b : mine_) b.group = nullptr;
+  for (auto& t : tied_) t.group = nullptr;
   for (auto& [ranks, t] : groups_) out.push_back(std::move(t));
   groups_.clear();
   return out;
@@ -115,6 +178,7 @@ std::pair<double, double> GradSync::global_norm_and_loss(double local_loss) {
   double sq = 0.0;
   for (int l : owned_layers_) {
     for (const auto& [name, p] : layers_.at(l)->parameter_list()) {
+      if (norm_skip_.count({l, name}) > 0) continue;  // counted with its primary copy
       sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
     }
   }

@@ -12,8 +12,19 @@
 // pipeline) all-reduce that slice of their shard gradients, on a group cached the same way; units
 // (buckets and segments) are visited in layer order, so the global order argument holds for both.
 //
+// Tied parameters (model::tied_groups, docs/runtime.md "Tied embeddings across stages"): after
+// the buckets, the copies of a tied matrix within each pipeline are summed (Megatron-LM's
+// embedding group): on one rank when it holds every copy, else over the group of the pipeline's
+// ranks holding them (its first and last stage). Each copy then holds the pipelines' summed
+// gradient of its own use (the bucket all-reduce), so the tied sum gives every copy in every
+// pipeline the same bits: the sum over both uses and the global batch, as in one process. Summing
+// within pipelines after the cross-pipeline sum, never across all copies at once, counts each
+// use once. A rank takes part in at most one such group, after all its buckets, so the global
+// order argument still holds. Tied layers must not be segmented (ConfigError).
+//
 // Then the global gradient norm: each layer's squared norm is counted once (by the lowest rank of
-// its replica set), summed over the world together with the step's loss in one all-reduce.
+// its replica set), a tied matrix once (by its primary copy's counter), summed over the world
+// together with the step's loss in one all-reduce.
 //
 // Thread-safety: one GradSync per worker thread.
 #pragma once
@@ -24,7 +35,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/gpt.h"
@@ -38,7 +51,7 @@ class GradSync {
   // `world` may be null when the world has one rank.
   GradSync(const RunLayout& layout, int rank, std::map<int, std::shared_ptr<model::Layer>> layers,
            const TransportFactory& make_group, Transport* world,
-           class StageShards* shards = nullptr);
+           class StageShards* shards = nullptr, const std::vector<model::TiedGroup>& ties = {});
 
   // All-reduces every bucket this rank belongs to (gradients summed in place).
   void sync_gradients();
@@ -48,6 +61,12 @@ class GradSync {
   std::pair<double, double> global_norm_and_loss(double local_loss);
 
   int num_buckets() const { return static_cast<int>(mine_.size()); }
+  // Tied groups this rank sums, and of those the ones summed over a group of ranks.
+  int num_tied() const { return static_cast<int>(tied_.size()); }
+  int num_tied_across() const;
+  // Per tied group, a checksum of each copy this rank holds (the int64 sum of the copy's 32-bit
+  // words: any single differing value changes it); copies that are bitwise equal agree.
+  std::map<std::string, std::vector<int64_t>> tied_checksums() const;
   // Hands the sub-group transports over (to be discarded in the background).
   std::vector<std::unique_ptr<Transport>> release_groups();
 
@@ -67,6 +86,14 @@ class GradSync {
   Transport* world_;
   std::map<std::vector<int>, std::unique_ptr<Transport>> groups_;
   std::vector<MyBucket> mine_;
+  // A tied group's copies held by this rank, summed locally, then over `group` when not null.
+  struct MyTie {
+    std::string name;
+    std::vector<torch::Tensor> params;
+    Transport* group = nullptr;
+  };
+  std::vector<MyTie> tied_;
+  std::set<std::pair<int, std::string>> norm_skip_;  // non-primary tied copies
   std::vector<int> owned_layers_;  // layers whose norm this rank counts
   class StageShards* shards_;
 };

@@ -21,7 +21,13 @@ ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_
     : train_(train),
       model_(std::move(model)),
       seed_(seed),
-      placement_(model::Placement::cpu(model::parse_precision(train.precision))) {}
+      placement_(model::Placement::cpu(model::parse_precision(train.precision))) {
+  for (const auto& tie : model::tied_groups(model_)) {
+    for (size_t i = 1; i < tie.members.size(); ++i) {
+      tied_copies_.insert(checkpoint_tensor_name(tie.members[i].layer, tie.members[i].name));
+    }
+  }
+}
 
 std::vector<int> ModelState::layers() const {
   std::vector<int> out;
@@ -242,7 +248,8 @@ NamedTensors ModelState::parameters_of(const std::vector<int>& layers) const {
   for (int l : layers) {
     BW_CHECK(holds(l), "parameters of layer {}, which this worker does not hold", l);
     for (const auto& [name, p] : layers_.at(l)->parameter_list()) {
-      out.emplace_back(checkpoint_tensor_name(l, name), p.detach());
+      const auto key = checkpoint_tensor_name(l, name);
+      if (tied_copies_.count(key) == 0) out.emplace_back(key, p.detach());
     }
   }
   return out;
@@ -252,7 +259,9 @@ NamedTensors ModelState::optimizer_state_of(const std::vector<int>& layers) {
   NamedTensors out;
   for (auto& [name, t] : optimizer().state_tensors()) {
     const int layer = std::stoi(name.substr(7));  // "layers.{i}...."
-    if (std::find(layers.begin(), layers.end(), layer) != layers.end()) out.emplace_back(name, t);
+    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    const auto param = name.substr(0, name.rfind('.'));  // without ".exp_avg", ...
+    if (tied_copies_.count(param) == 0) out.emplace_back(name, t);
   }
   return out;
 }
@@ -273,6 +282,27 @@ std::map<int, uint64_t> ModelState::optimizer_checksums() {
     const auto s = export_layer(l);
     out[l] = fnv1a({s.part(LayerState::kExpAvg), s.part(LayerState::kExpAvgSq),
                     torch::tensor(s.adam_step, torch::kInt64)});
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>>
+ModelState::tied_copy_checksums() {
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> out;
+  const auto state = optimizer().get_state();
+  for (const auto& tie : model::tied_groups(model_)) {
+    for (const auto& m : tie.members) {
+      if (!holds(m.layer)) continue;
+      for (const auto& [name, p] : layers_.at(m.layer)->parameter_list()) {
+        if (name != m.name) continue;
+        uint64_t adam = fnv1a({});
+        if (auto it = state.find(checkpoint_tensor_name(m.layer, name)); it != state.end()) {
+          adam = fnv1a({it->second.exp_avg, it->second.exp_avg_sq,
+                        torch::tensor(it->second.step, torch::kInt64)});
+        }
+        out[tie.name].emplace_back(fnv1a({p}), adam);
+      }
+    }
   }
   return out;
 }

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "model/gpt.h"
@@ -121,12 +123,16 @@ class ModelState {
   int64_t steps_skipped = 0;
 
   // Named parameters and optimizer tensors ("layers.{i}...") of `layers`, for checkpoint shards.
+  // A tied matrix is stored once, as its primary copy (model::tied_groups): the other copies are
+  // left out (load_checkpoint fills them back in).
   NamedTensors parameters_of(const std::vector<int>& layers) const;
   NamedTensors optimizer_state_of(const std::vector<int>& layers);
 
   // FNV-1a 64 of each held layer's parameter bytes, and of its AdamW state.
   std::map<int, uint64_t> parameter_checksums() const;
   std::map<int, uint64_t> optimizer_checksums();
+  // Per tied group (model::tied_groups), FNV-1a 64 of each held copy and of its AdamW state.
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> tied_copy_checksums();
 
  private:
   void invalidate();
@@ -139,6 +145,7 @@ class ModelState {
   std::unique_ptr<Optimizer> optimizer_;
   std::map<std::string, ParamState> pending_state_;  // state to install at the next rebuild
   std::map<int, Shard> shards_;
+  std::set<std::string> tied_copies_;  // checkpoint names of the non-primary tied copies
 };
 
 // FNV-1a 64 over the bytes of `tensors`, in order.

@@ -21,6 +21,7 @@ CheckpointRunFacts run_facts(const CheckpointInfo& info) {
   f.microbatch_size = root["pipeline"]["microbatch_size"].value<int64_t>();
   f.data_seed = root["data"]["seed"].value<int64_t>();
   f.model_name = root["model"]["name"].value<std::string>();
+  f.tie_embeddings = root["model"]["tie_embeddings"].value_or(false);
   return f;
 }
 
@@ -64,6 +65,12 @@ void check_resume(const RunConfig& config, const CheckpointInfo& info, const std
         "checkpoint '{}' was written for model.name \"{}\" but this run has \"{}\"; resume with "
         "--model.name={}",
         where, *facts.model_name, config.model.name, *facts.model_name));
+  }
+  if (facts.tie_embeddings != config.model.tie_embeddings) {
+    throw ConfigError(fmt::format(
+        "checkpoint '{}' was written with model.tie_embeddings = {} but this run has {}; resume "
+        "with --model.tie_embeddings={}",
+        where, facts.tie_embeddings, config.model.tie_embeddings, facts.tie_embeddings));
   }
   if (info.step >= config.train.steps) {
     throw ConfigError(fmt::format(

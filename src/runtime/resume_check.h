@@ -23,6 +23,7 @@ namespace bw::runtime {
 struct CheckpointRunFacts {
   std::optional<int64_t> microbatches, microbatch_size, data_seed;
   std::optional<std::string> model_name;
+  bool tie_embeddings = false;  // model.tie_embeddings (absent, as before the key: false)
   std::optional<int64_t> global_batch() const {
     if (!microbatches || !microbatch_size) return std::nullopt;
     return *microbatches * *microbatch_size;

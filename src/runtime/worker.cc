@@ -25,25 +25,27 @@ double ms_since(Clock::time_point t0) {
 }  // namespace
 
 nlohmann::json StepReport::to_json() const {
-  return {{"step", step},
-          {"rank", rank},
-          {"loss", loss},
-          {"grad_norm", grad_norm},
-          {"lr", lr},
-          {"step_ms", step_ms},
-          {"exec_ms", exec_ms},
-          {"compute_ms", compute_ms},
-          {"wait_ms", wait_ms},
-          {"data_ms", data_ms},
-          {"post_ms", post_ms},
-          {"free_ms", free_ms},
-          {"gather_ms", gather_ms},
-          {"reduce_ms", reduce_ms},
-          {"sync_ms", sync_ms},
-          {"num_actions", num_actions},
-          {"peak_rss_kb", peak_rss_kb},
-          {"chunk_ms", chunk_ms},
-          {"samples", samples}};
+  nlohmann::json doc = {{"step", step},
+                        {"rank", rank},
+                        {"loss", loss},
+                        {"grad_norm", grad_norm},
+                        {"lr", lr},
+                        {"step_ms", step_ms},
+                        {"exec_ms", exec_ms},
+                        {"compute_ms", compute_ms},
+                        {"wait_ms", wait_ms},
+                        {"data_ms", data_ms},
+                        {"post_ms", post_ms},
+                        {"free_ms", free_ms},
+                        {"gather_ms", gather_ms},
+                        {"reduce_ms", reduce_ms},
+                        {"sync_ms", sync_ms},
+                        {"num_actions", num_actions},
+                        {"peak_rss_kb", peak_rss_kb},
+                        {"chunk_ms", chunk_ms},
+                        {"samples", samples}};
+  if (!tied.empty()) doc["tied"] = tied;
+  return doc;
 }
 
 StepReport StepReport::from_json(const nlohmann::json& d) {
@@ -74,6 +76,7 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   if (d.contains("chunk_ms"))
     r.chunk_ms = d.at("chunk_ms").get<std::vector<std::array<double, 4>>>();
   if (d.contains("samples")) r.samples = d.at("samples").get<std::vector<int64_t>>();
+  if (d.contains("tied")) r.tied = d.at("tied").get<std::map<std::string, std::vector<int64_t>>>();
   return r;
 }
 
@@ -156,7 +159,8 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
                                  config.pipeline.recompute == "full", state_.placement());
   if (hook_) executor_->set_hook(hook_);
   sync_ =
-      std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get());
+      std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get(),
+                                 model::tied_groups(model));
   log(LogLevel::kDebug, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
       fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
 }
@@ -188,6 +192,7 @@ PreparedStep Worker::prepare(int step) {
   zero_gradients(state_.layer_map());
   shards_->zero_gradients();
   StepStats stats = executor_->run_step(batch);
+  auto tied = sync_->tied_checksums();  // the parameters this step ran with
 
   const auto t_sync = Clock::now();
   if (hook_) hook_("grad_sync");
@@ -213,6 +218,7 @@ PreparedStep Worker::prepare(int step) {
   r.reduce_ms = stats.reduce_ms;
   r.sync_ms = ms_since(t_sync);
   r.num_actions = stats.num_actions;
+  r.tied = std::move(tied);
   r.chunk_ms = stats.chunk_ms;
   if (sampler_ && !stats.first_chunk_microbatches.empty()) {
     r.samples = sample_ids(*sampler_, layout_, pipeline_, step, stats.first_chunk_microbatches,

@@ -61,6 +61,9 @@ struct StepReport {
   int64_t peak_rss_kb = 0;
   std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms
   std::vector<int64_t> samples;  // data window ids this rank fed into chunk 0 (any order)
+  // Tied copies this rank holds, per group, as GradSync::tied_checksums of the parameters the
+  // step ran with; the coordinator checks that every copy agrees (empty when untied).
+  std::map<std::string, std::vector<int64_t>> tied;
 
   nlohmann::json to_json() const;
   static StepReport from_json(const nlohmann::json& doc);

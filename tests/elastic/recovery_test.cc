@@ -352,6 +352,35 @@ std::vector<FaultCase> fault_cases() {
 INSTANTIATE_TEST_SUITE_P(Elastic, Faults, ::testing::ValuesIn(fault_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// Tied embeddings through a recovery (docs/runtime.md "Tied embeddings across stages"): node 3
+// (the head, with its copy of the embedding matrix, of the second pipeline) is killed while the
+// copies' gradients are being summed; the survivors are re-planned and the copies move with their
+// layers. The coordinator checks every step that every copy ran with the same bits, and at the
+// end that all copies and their AdamW state are bitwise equal (either is exit 1); the oracle is
+// the failure-free tied run, and the checkpoint holds the matrix once.
+TEST(TiedRecovery, KilledHeadDuringTiedSumMatchesTheFailureFreeRun) {
+  auto args = base_args(4, 8);
+  args.push_back("--pipeline.fault_tolerance=1");
+  args.push_back("--model.tie_embeddings=true");
+  args.push_back("--pipeline.schedule=1f1b");  // two pipelines of 2 nodes: the head on nodes 1, 3
+  const auto want = train("tied_reference", args);
+  ASSERT_EQ(want.status, 0) << want.output;
+  args.push_back("--elastic.inject=kill:node=3:step=3:phase=grad_sync");
+  const auto got = train("tied_kill_head", args);
+  ASSERT_FALSE(got.timed_out) << "hung:\n" << got.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  EXPECT_EQ(count_events(got, "node_lost"), 1) << got.output;
+  EXPECT_GE(count_events(got, "recovered"), 1) << got.output;
+  expect_exactly_once(got, want);
+  expect_same_state(got.out_dir, want.out_dir, 8);
+  const auto stored = runtime::load_safetensors(
+      (fs::path(runtime::checkpoint_dir(got.out_dir, 8)) / "model.safetensors").string());
+  const int head = model::num_layers(model::named_config("tiny", 256)) - 1;
+  EXPECT_EQ(stored.tensors.count(fmt::format("layers.{}.lm_head.weight", head)), 0u);
+  EXPECT_EQ(stored.tensors.count("layers.0.wte.weight"), 1u);
+  expect_no_process_left(got);
+}
+
 // A sharded stage loses its node: pipelines of [one stage on 2 devices] and [2 stages on 2
 // devices] (3 nodes of 2 devices); node 2 dies mid-step. The survivors are re-planned as two
 // one-node pipelines of one sharded stage each, and the node that ran the first half of the

@@ -94,6 +94,8 @@ RunLayout layout_for(const std::vector<int>& devices, const std::string& kind, i
 struct Trained {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> params;
+  // Per step, every tied copy's checksum (StepReport::tied) from every rank holding one.
+  std::vector<std::vector<int64_t>> tied_sums;
 };
 
 Trained train_threads(const RunConfig& config, const RunLayout& layout) {
@@ -105,7 +107,8 @@ Trained train_threads(const RunConfig& config, const RunLayout& layout) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        const auto model = model::named_config(config.model.name, layout.vocab_size);
+        auto model = model::named_config(config.model.name, layout.vocab_size);
+        model.tie_embeddings = config.model.tie_embeddings;
         ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
         state.keep_only(layout.layers_of(r));
         TransportFactory factory = [&](const std::string& prefix, int rank, int size) {
@@ -116,8 +119,15 @@ Trained train_threads(const RunConfig& config, const RunLayout& layout) {
         std::unique_ptr<Transport> group;
         if (world > 1) group = factory("g0/world", r, world);
         Worker w(config, layout, r, state, std::move(group), factory);
-        for (int s = 0; s < config.train.steps; ++s)
-          per_rank[r].losses.push_back(w.run_step(s).loss);
+        per_rank[r].tied_sums.resize(config.train.steps);
+        for (int s = 0; s < config.train.steps; ++s) {
+          const auto report = w.run_step(s);
+          per_rank[r].losses.push_back(report.loss);
+          for (const auto& [group, sums] : report.tied) {
+            auto& into = per_rank[r].tied_sums[s];
+            into.insert(into.end(), sums.begin(), sums.end());
+          }
+        }
         for (auto& [name, t] : w.owned_parameters()) per_rank[r].params[name] = t.clone();
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -132,6 +142,13 @@ Trained train_threads(const RunConfig& config, const RunLayout& layout) {
     for (auto& kv : per_rank[r].params) out.params.insert(kv);
   }
   out.losses = per_rank[0].losses;
+  out.tied_sums.resize(config.train.steps);
+  for (int s = 0; s < config.train.steps; ++s) {
+    for (int r = 0; r < world; ++r) {
+      const auto& sums = per_rank[r].tied_sums.at(s);
+      out.tied_sums[s].insert(out.tied_sums[s].end(), sums.begin(), sums.end());
+    }
+  }
   return out;
 }
 
@@ -140,11 +157,12 @@ struct GridCase {
   std::vector<int> devices;
   int microbatches;
   std::string precision = "fp32";
+  bool tied = false;  // model.tie_embeddings
 };
 
 void PrintTo(const GridCase& c, std::ostream* os) {
   *os << c.kind << " " << fmt::format("{}", fmt::join(c.devices, "+")) << " mb" << c.microbatches
-      << " " << c.precision;
+      << " " << c.precision << (c.tied ? " tied" : "");
 }
 
 class ExecutorGrid : public ::testing::TestWithParam<GridCase> {};
@@ -154,6 +172,7 @@ TEST_P(ExecutorGrid, ThreadsMatchOneWorker) {
   const auto& c = GetParam();
   auto config = tiny_config(c.microbatches);
   config.train.precision = c.precision;
+  config.model.tie_embeddings = c.tied;
   const bool bf16 = c.precision == "bf16";
   const double ulp = std::ldexp(1.0, -8);
   const double loss_rel = bf16 ? ulp : 1e-5;
@@ -182,7 +201,33 @@ TEST_P(ExecutorGrid, ThreadsMatchOneWorker) {
       ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
     }
   }
+  if (!c.tied) return;
+  // Tied: the matrix is written once (layer 0's copy), and before every step every copy, on
+  // every rank of every pipeline, held the same bits.
+  EXPECT_EQ(got.params.count("layers.3.lm_head.weight"), 0u);
+  EXPECT_EQ(got.params.count("layers.0.wte.weight"), 1u);
+  for (size_t s = 0; s < got.tied_sums.size(); ++s) {
+    const auto& sums = got.tied_sums[s];
+    EXPECT_EQ(sums.size(), 2 * c.devices.size()) << "step " << s;  // two copies per pipeline
+    for (int64_t v : sums) EXPECT_EQ(v, sums.front()) << "step " << s << ": copies differ";
+  }
 }
+
+// Tied embeddings (model.tie_embeddings) on schedules that put the head on the embedding's
+// device (Hanayo: a local sum) and on another device (1F1B, GPipe: a sum across ranks), on
+// heterogeneous pipelines, in fp32 and bf16.
+std::vector<GridCase> tied_grid() {
+  std::vector<GridCase> out;
+  for (const std::string kind : {"1f1b", "hanayo", "gpipe"}) {
+    for (const auto& devices : std::vector<std::vector<int>>{{2}, {1, 2}, {2, 2}}) {
+      out.push_back({kind, devices, 4, "fp32", true});
+    }
+  }
+  out.push_back({"1f1b", {1, 2}, 4, "bf16", true});
+  out.push_back({"hanayo", {2, 2}, 5, "bf16", true});
+  return out;
+}
+
 
 std::vector<GridCase> grid() {
   std::vector<GridCase> out;
@@ -212,15 +257,19 @@ TEST(ExecutorGridCases, CoverEverySchedule) {
   EXPECT_EQ(kinds.size(), 6u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, ExecutorGrid, ::testing::ValuesIn(grid()), [](const auto& info) {
+std::string case_name(const ::testing::TestParamInfo<GridCase>& info) {
   std::string name = info.param.kind + "_";
   for (int d : info.param.devices) name += std::to_string(d);
   name += "_mb" + std::to_string(info.param.microbatches) + "_" + info.param.precision;
+  if (info.param.tied) name += "_tied";
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }
   return name;
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, ExecutorGrid, ::testing::ValuesIn(grid()), case_name);
+INSTANTIATE_TEST_SUITE_P(Tied, ExecutorGrid, ::testing::ValuesIn(tied_grid()), case_name);
 
 }  // namespace
 }  // namespace bw::runtime

@@ -432,5 +432,55 @@ TEST(ShardedResume, CheckpointsMoveBetweenShardedAndUnshardedPlans) {
   expect_same_training(resharded, tail, "unsharded checkpoint resumed sharded");
 }
 
+// Tied embeddings across stages (model.tie_embeddings, docs/runtime.md "Tied embeddings across
+// stages"): Hanayo puts the head on the embedding's device (the copies' gradients are summed on
+// one rank), 1F1B on another (summed across ranks), and the heterogeneous plans mix both. Oracle:
+// the tied single-process run, within the same tolerances. The coordinator checks every step that
+// every copy ran with the same bits and at the end that the copies are bitwise equal (else the run
+// fails). The checkpoint stores the matrix once, and tying really changes training.
+const RunOutput& tied_reference(const std::string& model) {
+  static std::map<std::string, RunOutput> cache;
+  auto it = cache.find(model);
+  if (it == cache.end()) {
+    it = cache.emplace(model, train("tied_reference_" + model, {"--model.tie_embeddings=true"}, 1,
+                                    model)).first;
+  }
+  return it->second;
+}
+
+class TiedTransparency : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TiedTransparency, MatchesSingleProcess) {
+  const auto& c = GetParam();
+  int devices = 0;
+  for (char ch : c.pipelines) {
+    if (ch >= '0' && ch <= '9') devices += ch - '0';
+  }
+  auto got = train("tied_" + c.name,
+                   {"--model.tie_embeddings=true", "--pipeline.schedule=" + c.schedule,
+                    "--pipeline.pipelines=" + c.pipelines,
+                    fmt::format("--pipeline.waves={}", c.waves),
+                    fmt::format("--pipeline.chunks_per_device={}", c.chunks_per_device)},
+                   devices, c.model);
+  const auto& want = tied_reference(c.model);
+  expect_same_training(got, want, "tied " + c.name);
+  int head = 0;
+  for (const auto& [name, t] : want.params) {
+    if (name.rfind("layers.", 0) == 0) head = std::max(head, std::stoi(name.substr(7)));
+  }
+  EXPECT_EQ(got.params.count(fmt::format("layers.{}.lm_head.weight", head)), 0u);
+  EXPECT_EQ(got.params.count(fmt::format("layers.{}.ln_f.weight", head)), 1u);
+  const auto& untied = reference(c.model);
+  ASSERT_EQ(untied.losses.size(), want.losses.size());
+  EXPECT_NE(untied.losses.back(), want.losses.back());
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, TiedTransparency,
+                         ::testing::Values(Case{"onefoneb", "1f1b", "[2]", "tiny"},
+                                           Case{"hanayo_w2", "hanayo", "[2]", "tiny:6", 2},
+                                           Case{"hetero_2_3", "1f1b", "[2, 3]", "tiny"},
+                                           Case{"hetero_hanayo_1_2", "hanayo", "[1, 2]", "tiny"}),
+                         [](const auto& info) { return info.param.name; });
+
 }  // namespace
 }  // namespace bw::runtime
