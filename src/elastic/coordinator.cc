@@ -37,6 +37,7 @@
 #include "elastic/token.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
+#include "runtime/hf.h"
 #include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
 #include "runtime/resume_check.h"
@@ -239,7 +240,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   const std::string data_path =
       config.data.path.empty() ? data::default_corpus_path() : config.data.path;
   auto dataset = data::TokenDataset::open(data_path);
-  const auto model = model::named_config(config.model.name, dataset.vocab_size());
+  const auto model =
+      model::resolve_config(config.model.family, config.model.name, config.model.seq_len,
+                            config.model.init_from, dataset.vocab_size());
+  if (!model.init_from.empty()) runtime::hf_weights(model);  // a bad folder fails here, once
   {
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));
