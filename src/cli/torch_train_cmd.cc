@@ -76,7 +76,9 @@ constexpr double kWarnSeconds = 3600;
 
 void warn_if_costly(const runtime::RunConfig& config, const runtime::RunLayout& layout) {
   if (layout.generation != 0) return;
-  const auto model = model::named_config(config.model.name, layout.vocab_size);
+  const auto model = model::resolve_config(config.model.family, config.model.name,
+                                           config.model.seq_len, config.model.init_from,
+                                           layout.vocab_size);
   double replica_params = 0, model_params = 0;
   for (int l = 0; l < layout.num_layers; ++l) {
     const double n = static_cast<double>(model::num_parameters(model, l));

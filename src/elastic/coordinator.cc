@@ -38,6 +38,7 @@
 #include "elastic/token.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
+#include "runtime/hf.h"
 #include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
 #include "runtime/resume_check.h"
@@ -241,10 +242,12 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       config.data.path.empty() ? data::default_corpus_path() : config.data.path;
   auto dataset = data::TokenDataset::open(data_path);
   const auto model = [&] {
-    auto m = model::named_config(config.model.name, dataset.vocab_size());
-    m.tie_embeddings = config.model.tie_embeddings;
+    auto m = model::resolve_config(config.model.family, config.model.name, config.model.seq_len,
+                                   config.model.init_from, dataset.vocab_size());
+    if (config.model.tie_embeddings) m.tie_embeddings = true;  // gpt: tied on request
     return m;
   }();
+  if (!model.init_from.empty()) runtime::hf_weights(model);  // a bad folder fails here, once
   {
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));

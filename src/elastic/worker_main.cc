@@ -265,8 +265,10 @@ void run_generation(Context& cx, int g) {
   runtime::set_log_prefix(g, rank);
   cx.step = first_step;
   if (!cx.state) {
-    auto model = model::named_config(cx.config.model.name, layout.vocab_size);
-    model.tie_embeddings = cx.config.model.tie_embeddings;
+    auto model = model::resolve_config(cx.config.model.family, cx.config.model.name,
+                                       cx.config.model.seq_len, cx.config.model.init_from,
+                                       layout.vocab_size);
+    if (cx.config.model.tie_embeddings) model.tie_embeddings = true;
     cx.state = std::make_unique<runtime::ModelState>(cx.config.train, model,
                                                      static_cast<uint64_t>(cx.config.model.seed));
     cx.state->steps_done = first_step;

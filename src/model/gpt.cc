@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "model/hf_config.h"
 
 namespace bw::model {
 namespace {
@@ -34,23 +35,32 @@ class EmbeddingLayer final : public Layer {
  public:
   EmbeddingLayer(const GptConfig& c, int index, at::Generator& gen) : Layer(index) {
     wte_ = add_parameter("wte.weight", normal(gen, {c.vocab_size, c.d_model}, kInitStd));
-    wpe_ = add_parameter("wpe.weight", normal(gen, {c.seq_len, c.d_model}, kInitStd));
+    if (position_rows(c) > 0) {
+      wpe_ = add_parameter("wpe.weight", normal(gen, {position_rows(c), c.d_model}, kInitStd));
+    }
   }
   torch::Tensor forward(const torch::Tensor& tokens) override {
-    BW_CHECK(tokens.dim() == 2 && tokens.size(1) <= wpe_.size(0),
-             "embedding input must be [mb, T<= {}], got {} dims", wpe_.size(0), tokens.dim());
-    auto pos = torch::arange(tokens.size(1), torch::kInt64);
-    return at::embedding(wte_, tokens) + at::embedding(wpe_, pos).unsqueeze(0);
+    BW_CHECK(tokens.dim() == 2, "embedding input must be [mb, T], got {} dims", tokens.dim());
+    auto x = at::embedding(wte_, tokens);
+    if (!wpe_.defined()) return x;
+    BW_CHECK(tokens.size(1) <= wpe_.size(0), "embedding input of {} tokens, {} positions",
+             tokens.size(1), wpe_.size(0));
+    auto pos = torch::arange(tokens.size(1), torch::TensorOptions(torch::kInt64).device(x.device()));
+    return x + at::embedding(wpe_, pos).unsqueeze(0);
   }
 
  private:
   torch::Tensor wte_, wpe_;
 };
 
-class BlockLayer final : public Layer {
+// GPT and GPT-2 blocks: pre-LayerNorm, fused QKV with biases, GELU MLP of 4 d.
+class GptBlock final : public Layer {
  public:
-  BlockLayer(const GptConfig& c, int index, at::Generator& gen)
-      : Layer(index), n_heads_(c.n_heads) {
+  GptBlock(const GptConfig& c, int index, at::Generator& gen)
+      : Layer(index),
+        n_heads_(c.n_heads),
+        eps_(c.norm_eps),
+        gelu_(c.family == Family::kGpt2 ? "tanh" : "none") {
     const int64_t d = c.d_model;
     const double proj_std = kInitStd / std::sqrt(2.0 * c.n_blocks);
     ln1_w_ = add_parameter("ln1.weight", torch::ones({d}));
@@ -70,7 +80,7 @@ class BlockLayer final : public Layer {
   torch::Tensor forward(const torch::Tensor& x) override {
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
     const int64_t hd = d / n_heads_;
-    auto h = at::layer_norm(x, {d}, ln1_w_, ln1_b_, kLayerNormEps);
+    auto h = at::layer_norm(x, {d}, ln1_w_, ln1_b_, eps_);
     auto qkv = at::linear(h, qkv_w_, qkv_b_).view({b, t, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4});
     auto q = qkv[0], k = qkv[1], v = qkv[2];  // [b, heads, t, hd]
     // Fused causal attention: flash-style kernels on the CPU, flash or cuDNN on a GPU.
@@ -79,35 +89,123 @@ class BlockLayer final : public Layer {
                  .transpose(1, 2)
                  .reshape({b, t, d});
     auto x1 = x + at::linear(y, proj_w_, proj_b_);
-    auto h2 = at::layer_norm(x1, {d}, ln2_w_, ln2_b_, kLayerNormEps);
-    auto m = at::linear(at::gelu(at::linear(h2, fc_w_, fc_b_)), fc2_w_, fc2_b_);
+    auto h2 = at::layer_norm(x1, {d}, ln2_w_, ln2_b_, eps_);
+    auto m = at::linear(at::gelu(at::linear(h2, fc_w_, fc_b_), gelu_), fc2_w_, fc2_b_);
     return x1 + m;
   }
 
  private:
   int64_t n_heads_;
+  double eps_;
+  std::string gelu_;
   torch::Tensor ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_;
   torch::Tensor ln2_w_, ln2_b_, fc_w_, fc_b_, fc2_w_, fc2_b_;
+};
+
+// Hugging Face's LlamaRMSNorm: in fp32, then back to the input's dtype, times the weight.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+// RoPE's inverse frequencies as Hugging Face computes them (modeling_rope_utils.py, default and
+// llama3), in fp32 with the same operations in the same order.
+torch::Tensor inverse_frequencies(const GptConfig& c) {
+  const int64_t dim = c.d_model / c.n_heads;
+  auto exponent = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
+  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponent);
+  if (!c.rope.llama3) return inv_freq;
+  const double factor = c.rope.factor, low = c.rope.low_freq_factor, high = c.rope.high_freq_factor;
+  const double old_len = static_cast<double>(c.rope.original_max_positions);
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  auto smooth = (old_len / wavelen - low) / (high - low);
+  auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+// rotate_half: [x1, x2] -> [-x2, x1] over the last dimension.
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+// LlamaDecoderLayer: RMSNorm, attention with RoPE and GQA (no biases), RMSNorm, SwiGLU MLP.
+class LlamaBlock final : public Layer {
+ public:
+  LlamaBlock(const GptConfig& c, int index, at::Generator& gen)
+      : Layer(index), n_heads_(c.n_heads), n_kv_(kv_heads(c)), eps_(c.norm_eps) {
+    const int64_t d = c.d_model, hd = d / c.n_heads, kv = n_kv_ * hd, f = ffn_width(c);
+    ln1_w_ = add_parameter("ln1.weight", torch::ones({d}));
+    q_w_ = add_parameter("attn.q.weight", normal(gen, {d, d}, kInitStd));
+    k_w_ = add_parameter("attn.k.weight", normal(gen, {kv, d}, kInitStd));
+    v_w_ = add_parameter("attn.v.weight", normal(gen, {kv, d}, kInitStd));
+    o_w_ = add_parameter("attn.proj.weight", normal(gen, {d, d}, kInitStd));
+    ln2_w_ = add_parameter("ln2.weight", torch::ones({d}));
+    gate_w_ = add_parameter("mlp.gate.weight", normal(gen, {f, d}, kInitStd));
+    up_w_ = add_parameter("mlp.up.weight", normal(gen, {f, d}, kInitStd));
+    down_w_ = add_parameter("mlp.proj.weight", normal(gen, {d, f}, kInitStd));
+    // cos and sin of every position (Hugging Face's LlamaRotaryEmbedding), kept in fp32.
+    auto freqs = torch::arange(c.seq_len, torch::kInt64).to(torch::kFloat).unsqueeze(1) *
+                 inverse_frequencies(c).unsqueeze(0);
+    auto emb = torch::cat({freqs, freqs}, -1);
+    cos_ = emb.cos();
+    sin_ = emb.sin();
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) override {
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
+    const int64_t hd = d / n_heads_;
+    BW_CHECK(t <= cos_.size(0), "llama block input of {} tokens, RoPE table of {}", t, cos_.size(0));
+    auto h = rms_norm(x, ln1_w_, eps_);
+    auto q = at::linear(h, q_w_).view({b, t, n_heads_, hd}).transpose(1, 2);
+    auto k = at::linear(h, k_w_).view({b, t, n_kv_, hd}).transpose(1, 2);
+    auto v = at::linear(h, v_w_).view({b, t, n_kv_, hd}).transpose(1, 2);
+    auto cos = cos_.narrow(0, 0, t).to(q.device(), q.scalar_type());
+    auto sin = sin_.narrow(0, 0, t).to(q.device(), q.scalar_type());
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    // Query head j reads key/value head j / (n_heads / n_kv), as Hugging Face's repeat_kv.
+    auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true, /*scale=*/std::nullopt,
+                                              /*enable_gqa=*/n_kv_ != n_heads_)
+                 .transpose(1, 2)
+                 .reshape({b, t, d});
+    auto x1 = x + at::linear(y, o_w_);
+    auto h2 = rms_norm(x1, ln2_w_, eps_);
+    auto m = at::linear(at::silu(at::linear(h2, gate_w_)) * at::linear(h2, up_w_), down_w_);
+    return x1 + m;
+  }
+
+ private:
+  int64_t n_heads_, n_kv_;
+  double eps_;
+  torch::Tensor ln1_w_, q_w_, k_w_, v_w_, o_w_, ln2_w_, gate_w_, up_w_, down_w_;
+  torch::Tensor cos_, sin_;
 };
 
 class HeadLayer final : public Layer {
  public:
   HeadLayer(const GptConfig& c, int index, at::Generator& gen, at::Generator& embedding_gen)
-      : Layer(index) {
+      : Layer(index), llama_(c.family == Family::kLlama), eps_(c.norm_eps) {
     ln_w_ = add_parameter("ln_f.weight", torch::ones({c.d_model}));
-    ln_b_ = add_parameter("ln_f.bias", torch::zeros({c.d_model}));
-    // Tied: the embedding layer draws "wte.weight" first from its generator, so the same first
-    // draw from a generator in the same state gives the same bits.
-    at::Generator& head_gen = c.tie_embeddings ? embedding_gen : gen;
-    head_w_ =
-        add_parameter("lm_head.weight", normal(head_gen, {c.vocab_size, c.d_model}, kInitStd));
+    if (!llama_) ln_b_ = add_parameter("ln_f.bias", torch::zeros({c.d_model}));
+    // A tied head's copy is the embedding's first draw from layer 0's generator: bit-identical.
+    auto& g = c.tie_embeddings ? embedding_gen : gen;
+    head_w_ = add_parameter("lm_head.weight", normal(g, {c.vocab_size, c.d_model}, kInitStd));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, kLayerNormEps);
+    auto h = llama_ ? rms_norm(x, ln_w_, eps_)
+                    : at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, eps_);
     return at::linear(h, head_w_);
   }
 
  private:
+  bool llama_;
+  double eps_;
   torch::Tensor ln_w_, ln_b_, head_w_;
 };
 
@@ -124,24 +222,199 @@ torch::Tensor Layer::add_parameter(const std::string& name, torch::Tensor value)
   return registered;
 }
 
-GptConfig named_config(const std::string& name, int vocab_size) {
+const char* family_name(Family family) {
+  switch (family) {
+    case Family::kGpt:
+      return "gpt";
+    case Family::kGpt2:
+      return "gpt2";
+    case Family::kLlama:
+      return "llama";
+  }
+  return "?";
+}
+
+Family parse_family(const std::string& name) {
+  if (name == "gpt") return Family::kGpt;
+  if (name == "gpt2") return Family::kGpt2;
+  if (name == "llama") return Family::kLlama;
+  throw ConfigError(
+      fmt::format("unknown model.family '{}'; choose gpt, gpt2 or llama (docs/models.md)", name));
+}
+
+int kv_heads(const GptConfig& c) { return c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads; }
+int ffn_width(const GptConfig& c) { return c.ffn_hidden > 0 ? c.ffn_hidden : 4 * c.d_model; }
+int position_rows(const GptConfig& c) {
+  if (c.family == Family::kLlama) return 0;
+  return c.max_positions > 0 ? c.max_positions : c.seq_len;
+}
+
+std::vector<TiedGroup> tied_groups(const GptConfig& config) {
+  if (!config.tie_embeddings) return {};
+  return {{"wte", {{0, "wte.weight"}, {num_layers(config) - 1, "lm_head.weight"}}}};
+}
+
+namespace {
+
+// "<base>:<n_blocks>" keeps the base shapes with another block count (pipeline tests need more
+// layers than chunks); returns the base and the count (0 = none).
+std::pair<std::string, int> split_blocks(const std::string& name) {
+  auto colon = name.find(':');
+  if (colon == std::string::npos) return {name, 0};
+  const std::string count = name.substr(colon + 1);
+  if (count.empty() || count.size() > 4 ||
+      count.find_first_not_of("0123456789") != std::string::npos || std::stoi(count) < 1) {
+    throw ConfigError(fmt::format(
+        "model '{}': the block count after ':' must be a positive integer, e.g. tiny:6", name));
+  }
+  return {name.substr(0, colon), std::stoi(count)};
+}
+
+void require_vocab(int vocab_size) {
   if (vocab_size < 2) {
     throw ConfigError(fmt::format("model vocab_size must be >= 2, got {}", vocab_size));
   }
-  // "<base>:<n_blocks>" keeps the base shapes with another block count (pipeline tests need more
-  // layers than chunks).
-  std::string base = name;
-  int blocks_override = 0;
-  if (auto colon = name.find(':'); colon != std::string::npos) {
-    base = name.substr(0, colon);
-    const std::string count = name.substr(colon + 1);
-    if (count.empty() || count.size() > 4 ||
-        count.find_first_not_of("0123456789") != std::string::npos || std::stoi(count) < 1) {
-      throw ConfigError(fmt::format(
-          "model '{}': the block count after ':' must be a positive integer, e.g. tiny:6", name));
-    }
-    blocks_override = std::stoi(count);
+}
+
+// A published size's vocabulary must hold every token id of the data.
+void set_vocab(GptConfig& c, int own_vocab, int data_vocab) {
+  if (own_vocab < data_vocab) {
+    throw ConfigError(fmt::format(
+        "model '{}' has a vocabulary of {} but the data's is {}; tokenize the data for this "
+        "model or choose a test size (tiny, small)",
+        c.name, own_vocab, data_vocab));
   }
+  c.vocab_size = own_vocab;
+}
+
+GptConfig gpt2_size(const std::string& base, const std::string& name, int vocab_size) {
+  GptConfig c;
+  c.name = name;
+  c.family = Family::kGpt2;
+  c.vocab_size = vocab_size;
+  c.tie_embeddings = true;
+  c.norm_eps = 1e-5;
+  struct Size {
+    const char* name;
+    int d, heads, blocks;
+  };
+  constexpr Size kPublished[] = {
+      {"124m", 768, 12, 12}, {"355m", 1024, 16, 24}, {"774m", 1280, 20, 36}, {"1.5b", 1600, 25, 48}};
+  if (base == "tiny") {
+    c.d_model = 32, c.n_heads = 2, c.n_blocks = 2, c.seq_len = 16;
+    return c;
+  }
+  if (base == "small") {
+    c.d_model = 128, c.n_heads = 4, c.n_blocks = 6, c.seq_len = 64;
+    return c;
+  }
+  for (const auto& s : kPublished) {
+    if (base == s.name) {
+      c.d_model = s.d, c.n_heads = s.heads, c.n_blocks = s.blocks, c.seq_len = 1024;
+      c.bos_token_id = c.eos_token_id = 50256;
+      set_vocab(c, 50257, vocab_size);
+      return c;
+    }
+  }
+  throw ConfigError(fmt::format(
+      "unknown gpt2 size '{}'; choose one of tiny, small, 124m, 355m, 774m, 1.5b, optionally "
+      "with ':<blocks>' (model.name)",
+      name));
+}
+
+GptConfig llama_size(const std::string& base, const std::string& name, int vocab_size) {
+  GptConfig c;
+  c.name = name;
+  c.family = Family::kLlama;
+  c.vocab_size = vocab_size;
+  c.rope_theta = 500000.0;
+  c.rope = {true, 32.0, 1.0, 4.0, 8192};  // Llama 3.2's
+  c.norm_eps = 1e-5;
+  if (base == "tiny" || base == "tiny-tied") {
+    c.d_model = 32, c.n_heads = 4, c.n_kv_heads = 2, c.n_blocks = 2, c.ffn_hidden = 64;
+    c.seq_len = 16;
+    c.tie_embeddings = base == "tiny-tied";
+    return c;
+  }
+  if (base == "small") {
+    c.d_model = 128, c.n_heads = 4, c.n_kv_heads = 2, c.n_blocks = 4, c.ffn_hidden = 352;
+    c.seq_len = 64;
+    return c;
+  }
+  c.seq_len = 2048;
+  c.n_kv_heads = 8;
+  c.bos_token_id = 128000;
+  c.eos_token_id = 128001;
+  if (base == "3.2-1b") {
+    c.d_model = 2048, c.n_heads = 32, c.n_blocks = 16, c.ffn_hidden = 8192;
+    c.tie_embeddings = true, c.max_positions = 131072;
+  } else if (base == "3.2-3b") {
+    c.d_model = 3072, c.n_heads = 24, c.n_blocks = 28, c.ffn_hidden = 8192;
+    c.tie_embeddings = true, c.max_positions = 131072;
+  } else if (base == "3-8b") {
+    c.d_model = 4096, c.n_heads = 32, c.n_blocks = 32, c.ffn_hidden = 14336;
+    c.rope = {};  // Llama 3 (not 3.1) has no frequency scaling
+    c.max_positions = 8192;
+  } else {
+    throw ConfigError(fmt::format(
+        "unknown llama size '{}'; choose one of tiny, tiny-tied, small, 3.2-1b, 3.2-3b, 3-8b, "
+        "optionally with ':<blocks>' (model.name)",
+        name));
+  }
+  set_vocab(c, 128256, vocab_size);
+  return c;
+}
+
+}  // namespace
+
+GptConfig family_config(Family family, const std::string& name, int vocab_size) {
+  require_vocab(vocab_size);
+  if (family == Family::kGpt) return named_config(name, vocab_size);
+  auto [base, blocks] = split_blocks(name);
+  GptConfig c = family == Family::kGpt2 ? gpt2_size(base, name, vocab_size)
+                                        : llama_size(base, name, vocab_size);
+  if (blocks > 0) c.n_blocks = blocks;
+  return c;
+}
+
+GptConfig resolve_config(const std::string& family, const std::string& name, int seq_len,
+                         const std::string& init_from, int vocab_size) {
+  require_vocab(vocab_size);
+  GptConfig c;
+  if (!init_from.empty()) {
+    c = hf_config_from_dir(init_from);
+    if (family != "gpt" && parse_family(family) != c.family) {
+      throw ConfigError(fmt::format(
+          "model.family = \"{}\" but {}/config.json is a {} model; leave model.family unset "
+          "with model.init_from",
+          family, init_from, family_name(c.family)));
+    }
+    if (c.vocab_size < vocab_size) {
+      throw ConfigError(fmt::format(
+          "{}/config.json: vocab_size {} is smaller than the data's vocabulary ({}); tokenize the "
+          "data with this model's tokenizer",
+          init_from, c.vocab_size, vocab_size));
+    }
+  } else {
+    c = family_config(parse_family(family), name, vocab_size);
+  }
+  if (seq_len > 0) {
+    const int limit = c.family == Family::kLlama ? (c.max_positions > 0 ? c.max_positions : seq_len)
+                                                 : position_rows(c);
+    if (seq_len > limit) {
+      throw ConfigError(fmt::format(
+          "model.seq_len = {} exceeds the model's {} positions; lower model.seq_len", seq_len,
+          limit));
+    }
+    if (c.family != Family::kLlama && c.max_positions == 0) c.max_positions = c.seq_len;
+    c.seq_len = seq_len;
+  }
+  return c;
+}
+
+GptConfig named_config(const std::string& name, int vocab_size) {
+  require_vocab(vocab_size);
+  auto [base, blocks_override] = split_blocks(name);
   GptConfig c;
   c.name = name;
   c.vocab_size = vocab_size;
@@ -154,7 +427,7 @@ GptConfig named_config(const std::string& name, int vocab_size) {
   } else {
     throw ConfigError(
         fmt::format("unknown model '{}'; choose one of tiny, small, gpt2-124m, optionally with "
-                    "':<blocks>' (model.name)",
+                    "':<blocks>' (model.name), or set model.family (docs/models.md)",
                     name));
   }
   if (blocks_override > 0) c.n_blocks = blocks_override;
@@ -164,16 +437,18 @@ GptConfig named_config(const std::string& name, int vocab_size) {
 int num_layers(const GptConfig& config) { return config.n_blocks + 2; }
 
 shape::TransformerShape shape_of(const GptConfig& config) {
+  // The shape counts learned positions at seq_len rows; a gpt2 model trained on fewer tokens
+  // than its table holds (model.seq_len) holds (max_positions - seq_len) d more.
+  if (config.family == Family::kLlama) {
+    return shape::llama_shape(config.name, config.vocab_size, config.seq_len, config.d_model,
+                              config.n_heads, kv_heads(config), config.n_blocks, ffn_width(config),
+                              config.tie_embeddings);
+  }
   auto s = shape::gpt2_shape(config.name, config.vocab_size, config.seq_len, config.d_model,
                              config.n_heads, config.n_blocks);
   s.tied_embeddings = config.tie_embeddings;
   s.validate();
   return s;
-}
-
-std::vector<TiedGroup> tied_groups(const GptConfig& config) {
-  if (!config.tie_embeddings) return {};
-  return {TiedGroup{"wte", {{0, "wte.weight"}, {num_layers(config) - 1, "lm_head.weight"}}}};
 }
 
 LayerKind layer_kind(const GptConfig& config, int layer_index) {
@@ -187,13 +462,18 @@ LayerKind layer_kind(const GptConfig& config, int layer_index) {
 std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uint64_t seed) {
   BW_CHECK(config.d_model % config.n_heads == 0, "d_model {} not divisible by n_heads {}",
            config.d_model, config.n_heads);
+  BW_CHECK(config.n_heads % kv_heads(config) == 0, "n_heads {} not divisible by n_kv_heads {}",
+           config.n_heads, kv_heads(config));
   auto gen = at::detail::createCPUGenerator(mix_seed(seed, static_cast<uint64_t>(layer_index)));
   torch::NoGradGuard no_grad;
   switch (layer_kind(config, layer_index)) {
     case LayerKind::kEmbedding:
       return std::make_shared<EmbeddingLayer>(config, layer_index, gen);
     case LayerKind::kBlock:
-      return std::make_shared<BlockLayer>(config, layer_index, gen);
+      if (config.family == Family::kLlama) {
+        return std::make_shared<LlamaBlock>(config, layer_index, gen);
+      }
+      return std::make_shared<GptBlock>(config, layer_index, gen);
     case LayerKind::kHead: {
       auto embedding_gen = at::detail::createCPUGenerator(mix_seed(seed, 0));
       return std::make_shared<HeadLayer>(config, layer_index, gen, embedding_gen);
@@ -224,14 +504,19 @@ std::vector<int64_t> output_shape(const GptConfig& config, int layer_index, int 
 
 int64_t num_parameters(const GptConfig& config, int layer_index) {
   const int64_t d = config.d_model, v = config.vocab_size;
+  const bool llama = config.family == Family::kLlama;
   switch (layer_kind(config, layer_index)) {
     case LayerKind::kEmbedding:
-      return v * d + int64_t{config.seq_len} * d;
+      return v * d + int64_t{position_rows(config)} * d;
     case LayerKind::kBlock:
+      if (llama) {
+        const int64_t kv = int64_t{kv_heads(config)} * (d / config.n_heads), f = ffn_width(config);
+        return 2 * d + 2 * d * d + 2 * kv * d + 3 * f * d;
+      }
       return 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) +
              (4 * d * d + d);
     case LayerKind::kHead:
-      return 2 * d + v * d;
+      return (llama ? d : 2 * d) + v * d;
   }
   return 0;
 }

@@ -15,7 +15,10 @@
 namespace bw::runtime {
 
 struct ModelConfig {
-  std::string name = "small";  // "tiny" | "small" | "gpt2-124m"
+  std::string name = "small";  // a size of `family` (docs/models.md), "<size>:<blocks>"
+  std::string family = "gpt";  // "gpt" (breakwater's own) | "gpt2" | "llama"
+  int seq_len = 0;             // tokens per sample; 0 = the model's
+  std::string init_from;       // Hugging Face model folder to start from; "" = seeded weights
   int64_t seed = 1234;         // initial weights of layer i depend only on (seed, i)
   bool tie_embeddings = false;  // the LM head uses the token embedding matrix (model/gpt.h)
   bool operator==(const ModelConfig&) const = default;

@@ -91,6 +91,7 @@ void in_range(int64_t v, int64_t lo, int64_t hi, const std::string& key) {
 
 void validate(const RunConfig& c) {
   require(!c.model.name.empty(), "model.name", "a model name (tiny, small, gpt2-124m)", "\"\"");
+  in_range(c.model.seq_len, 0, 1 << 20, "model.seq_len");
   in_range(c.cluster.nodes, 1, kMaxWorldSize, "cluster.nodes");
   in_range(c.cluster.devices_per_node, 1, kMaxDevicesPerNode, "cluster.devices_per_node");
   const int64_t world = int64_t{c.cluster.nodes} * c.cluster.devices_per_node;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/hf.h"
 
 namespace bw::runtime {
 
@@ -125,7 +126,7 @@ void ModelState::add_initial(int layer) {
   if (holds(layer) || holds_shard(layer)) return;
   BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
   invalidate();
-  layers_[layer] = model::build_layer(model_, layer, seed_);
+  layers_[layer] = initial_layer(model_, layer, seed_);
 }
 
 void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {
@@ -145,7 +146,7 @@ void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {
   s.grad = torch::zeros({end - begin}, placement_.master());
   {
     torch::NoGradGuard no_grad;
-    auto full = model::build_layer(model_, layer, seed_);
+    auto full = initial_layer(model_, layer, seed_);
     int64_t offset = 0;
     for (const auto& [name, p] : full->parameter_list()) {
       const int64_t b = std::max(offset, begin), e = std::min(offset + p.numel(), end);

@@ -1,0 +1,76 @@
+"""transformers as the oracle for breakwater's Hugging Face models (tests/runtime/hf_test.cc).
+
+  hf_oracle.py make DIR FAMILY TIED KV_HEADS SEED [VOCAB]  random model saved by save_pretrained, plus
+                                                    DIR/oracle.safetensors: tokens, logits, loss
+  hf_oracle.py run DIR TOKENS OUT                   AutoModelForCausalLM.from_pretrained(DIR):
+                                                    logits of TOKENS' "tokens" into OUT; exit 3
+                                                    on a missing or unexpected key
+Exit 77 when transformers is not importable (the test skips).
+"""
+import sys
+
+try:
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+except ImportError as e:  # pragma: no cover
+    print(f"skip: {e}")
+    sys.exit(77)
+
+
+def make(out, family, tied, kv, seed, vocab):
+    torch.manual_seed(seed)
+    seq = 12
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=32, n_layer=2,
+                                      n_head=4, tie_word_embeddings=tied)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(
+            vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=kv, max_position_embeddings=64,
+            rms_norm_eps=1e-5, tie_word_embeddings=tied,
+            rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8})
+        model = transformers.LlamaForCausalLM(cfg)
+    # Norm weights and biases away from 1 and 0, so a mixed-up name cannot pass.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.eval()
+    model.save_pretrained(out)
+    tokens = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        res = model(tokens, labels=tokens)
+    # breakwater's loss is next-token cross-entropy with targets given; transformers shifts
+    # labels inside, so the oracle loss is over logits[:, :-1] against tokens[:, 1:].
+    logits = res.logits.float()
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab),
+                                             tokens[:, 1:].reshape(-1))
+    save_file({"tokens": tokens, "logits": logits.contiguous(), "loss": loss.reshape(1)},
+              f"{out}/oracle.safetensors")
+
+
+def run(folder, tokens_file, out):
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, output_loading_info=True, torch_dtype=torch.float32)
+    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys",
+                                                        "mismatched_keys")}
+    if bad:
+        print(f"loading info: {bad}")
+        sys.exit(3)
+    model.eval()
+    tokens = load_file(tokens_file)["tokens"]
+    with torch.no_grad():
+        logits = model(tokens).logits.float()
+    save_file({"logits": logits.contiguous()}, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]), int(sys.argv[6]),
+             int(sys.argv[7]) if len(sys.argv) > 7 else 96)
+    else:
+        run(sys.argv[2], sys.argv[3], sys.argv[4])
