@@ -1,4 +1,6 @@
-// Run config: schema, TOML reading, overrides and validation (see config.h).
+// Run config: schema, TOML reading and overrides (see config.h). Pure: no LibTorch, no files
+// (load_run_config, which reads files and checks out_dir and resume, is in config_load.cc), so
+// the fuzz target of the config parser links it without LibTorch (fuzz/).
 #include "runtime/config.h"
 
 #include <fmt/format.h>
@@ -13,10 +15,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "runtime/checkpointing.h"
 #include "runtime/config_schema.h"
-#include "runtime/out_dir_lock.h"
-#include "runtime/resume_check.h"
 
 namespace bw::runtime {
 namespace detail {
@@ -380,21 +379,6 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   apply_toml(config, root, source);
   for (const auto& o : overrides) apply_override(config, o);
   validate(config);
-  return config;
-}
-
-RunConfig load_run_config(const std::string& toml_path_or_empty,
-                          const std::vector<std::string>& overrides) {
-  std::string text;
-  if (!toml_path_or_empty.empty()) {
-    text = io::read_file(toml_path_or_empty, io::kMaxConfigBytes, "config file");
-  }
-  RunConfig config = parse_run_config(
-      text, toml_path_or_empty.empty() ? "defaults" : toml_path_or_empty, overrides);
-  check_out_dir_usable(config.train.out_dir);
-  if (!config.train.resume.empty()) {
-    check_resume(config, read_checkpoint_info(config.train.resume), config.train.resume);
-  }
   return config;
 }
 
