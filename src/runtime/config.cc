@@ -283,8 +283,45 @@ bool parse_int(const std::string& s, int64_t& out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+// Whether `s` is valid UTF-8 (what TOML requires of every string, so that the saved config.toml
+// of a config with this value loads again).
+bool valid_utf8(const std::string& s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};  // shortest form per length
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // continuation bytes
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c >> 5) == 0x6) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c >> 4) == 0xe) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c >> 3) == 0x1e) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 Value from_text(const std::string& raw, Kind kind, const std::string& name,
                 const std::string& source) {
+  if (!valid_utf8(raw)) {
+    throw ConfigError(fmt::format("{}: the value of {} is not valid UTF-8; give it as UTF-8 text",
+                                  source, name));
+  }
   std::string text = trim(raw);
   switch (kind) {
     case Kind::kInt: {
