@@ -87,7 +87,7 @@ void RemoteNodes::scan() {
 }
 
 void RemoteNodes::handle(int index, const std::string& json) {
-  Registration reg;
+  ::bw::elastic::Registration reg;  // the message (messages.h), not RemoteNodes::Registration
   try {
     reg = decode_registration(json, keys::registration(index));
   } catch (const ConfigError& e) {
