@@ -1,7 +1,7 @@
-// Checks of numeric command-line values, shared by the pure subcommands: NaN, infinities,
-// negative or zero costs, rates, bandwidths and memory sizes are one clear ConfigError naming the
-// flag, the value and what it must be, never replaced by a default or passed on to give
-// plausible-looking nonsense.
+// Checks of command-line values, shared by the subcommands: NaN, infinities, negative or zero
+// costs, rates, bandwidths and memory sizes are one clear ConfigError naming the flag, the value
+// and what it must be, never replaced by a default or passed on to give plausible-looking
+// nonsense; a list naming an item twice is refused naming the item, never merged.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -52,6 +54,17 @@ inline void reject_nan_values(const CLI::App& cmd) {
 inline void require_count(long long v, long long lo, long long hi, std::string_view flag) {
   if (v < lo || v > hi)
     throw ConfigError(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, v));
+}
+
+// A list option that names the same item twice (`--policy restart,restart`) is a slip (a typo for
+// another item, a pasted list), never merged silently: ConfigError naming the item.
+template <class T>
+void require_distinct(const std::vector<T>& items, std::string_view flag) {
+  std::set<T> seen;
+  for (const T& item : items) {
+    if (!seen.insert(item).second)
+      throw ConfigError(fmt::format("{} names '{}' twice; give each item once", flag, item));
+  }
 }
 
 }  // namespace bw::cli

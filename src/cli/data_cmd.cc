@@ -157,6 +157,7 @@ void add(CLI::App& app) {
   cmd->add_option("inputs", a->o.inputs, "text files, JSONL files or folders of them")->required();
   cmd->callback([cmd, a, val_docs, val_fraction, threads] {
     reject_nan_values(*cmd);
+    require_distinct(a->o.inputs, "the input list");
     if (val_docs->count() > 0) {
       require_count(a->val_docs, 1, INT64_MAX, "--val-docs");
       a->o.val_docs = a->val_docs;

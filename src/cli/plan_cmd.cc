@@ -83,6 +83,9 @@ std::vector<NodeId> parse_nodes(const std::string& text, int num_nodes) {
           fmt::format("--fail: node {} is outside the cluster's nodes 0..{}", v, num_nodes - 1));
     out.emplace_back(v);
   }
+  std::vector<int> values;
+  for (const NodeId n : out) values.push_back(n.value());
+  require_distinct(values, "--fail");
   return out;
 }
 
@@ -252,6 +255,7 @@ void run(const PlanArgs& a) {
     std::string kind;
     while (std::getline(ss, kind, ','))
       if (!kind.empty()) opt.schedule_kinds.push_back(kind);
+    require_distinct(opt.schedule_kinds, "--schedules");
   }
   plan::PlanResult r = plan::make_plan(profile, cluster, a.fault_tolerance, a.microbatches, opt);
   std::optional<plan::Reconfiguration> re;

@@ -442,6 +442,17 @@ void add_simulate(CLI::App& app) {
                   "redundant: useful fraction of a step (0.1971)");
   cmd->callback([cmd, args] {
     reject_nan_values(*cmd);
+    require_distinct(args->schedules, "--schedules");
+    require_distinct(args->policies, "--policy");
+    // 0 reads as "not given" for these two; given, it would be silently ignored.
+    if (cmd->count("--burst-size") > 0 && args->burst_size < 1)
+      throw ConfigError(fmt::format(
+          "--burst-size must be >= 1, got {}; omit it for failures one node at a time",
+          args->burst_size));
+    if (cmd->count("--step-ms") > 0 && !(args->step_ms > 0))
+      throw ConfigError(fmt::format(
+          "--step-ms must be a finite number > 0, got {}; omit it to time steps with the model",
+          args->step_ms));
     run_simulate(*args);
   });
 }

@@ -4,6 +4,7 @@
 // its node was taken out. Under Slurm (`srun breakwater agent`) the node name and the coordinator
 // default to SLURMD_NODENAME and the first host of SLURM_JOB_NODELIST (port 29500).
 // Local runs start agents themselves with the hidden --store-port/--node form.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -82,7 +83,11 @@ void add_agent(CLI::App& app) {
       args.store_port = hp.port;
       if (args.node_name.empty()) args.node_name = slurm.node_name;
       args.devices = cli->devices;
-      if (args.devices < 0) throw ConfigError("--devices must be >= 1");
+      if (args.devices < 0 || (cmd->count("--devices") > 0 && args.devices < 1)) {
+        throw ConfigError(fmt::format(
+            "--devices must be >= 1, got {}; omit it to use the run's cluster.devices_per_node",
+            args.devices));
+      }
       if (args.wait_s <= 0) throw ConfigError("--wait-s must be > 0");
       if (!args.token_stdin) args.token = elastic::agent_token();
       status = elastic::run_remote_agent(args);

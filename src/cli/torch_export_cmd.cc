@@ -46,9 +46,12 @@ void run_export(const ExportArgs& a) {
                                   "breakwater model checkpoint",
                                   a.checkpoint));
   }
-  const auto model = model::resolve_config(run.model.family, run.model.name, run.model.seq_len,
-                                           run.model.init_from,
-                                           static_cast<int>(wte->second.size(0)));
+  const auto model = [&] {
+    auto m = model::resolve_config(run.model.family, run.model.name, run.model.seq_len,
+                                   run.model.init_from, static_cast<int>(wte->second.size(0)));
+    if (run.model.tie_embeddings) m.tie_embeddings = true;
+    return m;
+  }();
   runtime::HfWeights weights;
   for (int l = 0; l < model::num_layers(model); ++l) {
     for (const auto& [name, p] : model::build_layer(model, l, 0)->parameter_list()) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/checks.h"
 #include "cli/registry.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -63,6 +64,26 @@ void print_plan(const runtime::RunLayout& layout, const std::vector<std::string>
   }
   for (const auto& n : notes) fmt::print("  note: {}\n", n);
   std::fflush(stdout);
+}
+
+// What a run shows of its config: the keys set away from their defaults (a run sets a handful),
+// and where the whole resolved config is saved (~60 lines, in train.out_dir before the plan is
+// shown; docs/cli.md "What a run prints"). The run token never appears.
+void print_config(runtime::RunConfig config) {
+  config.elastic.run_token.clear();
+  const auto keys = runtime::changed_keys(config);
+  fmt::print("config: {}/config.toml (resolved); {} key(s) set away from the defaults{}\n",
+             config.train.out_dir, keys.size(), keys.empty() ? "" : ":");
+  for (const auto& k : keys) fmt::print("  {}\n", k);
+}
+
+// The first plan comes with the config (after every check before the start has passed); later
+// plans (reconfigurations) alone.
+auto plan_printer(const runtime::RunConfig& config) {
+  return [&config](const runtime::RunLayout& layout, const std::vector<std::string>& notes) {
+    if (layout.generation == 0) print_config(config);
+    print_plan(layout, notes);
+  };
 }
 
 // A huge but legal run says what it will take before any process starts, from its own numbers:
@@ -208,19 +229,20 @@ void add_train(CLI::App& app) {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
     const auto config = runtime::load_run_config(args->config_path, overrides);
-    if (args->devices > 0) runtime::validate_devices(config, args->devices);
-    if (!args->quiet) {
-      auto shown = config;
-      if (!shown.elastic.run_token.empty()) shown.elastic.run_token = "<hidden>";
-      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
+    if (cmd->count("--devices") > 0 && args->devices < 1) {
+      throw ConfigError(fmt::format(
+          "--devices must be >= 1, got {}; omit it to use cluster.nodes x "
+          "cluster.devices_per_node",
+          args->devices));
     }
+    if (args->devices > 0) runtime::validate_devices(config, args->devices);
     elastic::CoordinatorOptions options;
     options.devices = args->devices;
     const bool tty = isatty(fileno(stderr));
-    options.on_plan = [&config, quiet = args->quiet](const runtime::RunLayout& layout,
-                                                     const std::vector<std::string>& notes) {
+    options.on_plan = [&config, quiet = args->quiet, print = plan_printer(config)](
+                          const runtime::RunLayout& layout, const std::vector<std::string>& notes) {
       warn_if_costly(config, layout);
-      if (!quiet) print_plan(layout, notes);
+      if (!quiet) print(layout, notes);
     };
     if (!args->quiet) {
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
@@ -276,11 +298,7 @@ void add_coordinator(CLI::App& app) {
     }
     if (args->expect_nodes > 0) config.cluster.nodes = args->expect_nodes;
     if (!(args->wait_s > 0)) throw ConfigError("--wait-s must be > 0");
-    if (!args->quiet) {
-      auto shown = config;
-      if (!shown.elastic.run_token.empty()) shown.elastic.run_token = "<hidden>";
-      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
-    }
+    require_distinct(args->expect_names, "--expect-names");
     elastic::CoordinatorOptions options;
     options.listen = args->listen;
     options.wait_s = args->wait_s;
@@ -294,7 +312,7 @@ void add_coordinator(CLI::App& app) {
     };
     const bool tty = isatty(fileno(stderr));
     if (!args->quiet) {
-      options.on_plan = print_plan;
+      options.on_plan = plan_printer(config);
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
         print_progress(s, tty, config.train.log_every);
       };
@@ -370,11 +388,6 @@ void add_launch(CLI::App& app) {
     std::string token = elastic::coordinator_token(config, false);
     if (token.empty()) token = elastic::random_hex(16);
     config.elastic.run_token = token;
-    if (!args->quiet) {
-      auto shown = config;
-      shown.elastic.run_token = "<hidden>";
-      fmt::print("# resolved config\n{}\n", runtime::to_toml(shown));
-    }
     elastic::Launcher launcher(shell, args->remote_binary);
     elastic::CoordinatorOptions options;
     options.listen = listen;
@@ -390,7 +403,7 @@ void add_launch(CLI::App& app) {
     };
     const bool tty = isatty(fileno(stderr));
     if (!args->quiet) {
-      options.on_plan = print_plan;
+      options.on_plan = plan_printer(config);
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
         print_progress(s, tty, config.train.log_every);
       };

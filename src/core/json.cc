@@ -9,13 +9,16 @@
 namespace bw::json {
 
 Json read_file(const std::string& path) {
-  const std::string text = io::read_file(path, io::kMaxJsonBytes, "JSON file");
+  return parse(io::read_file(path, io::kMaxJsonBytes, "JSON file"), path);
+}
+
+Json parse(const std::string& text, const std::string& where) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    throw ConfigError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+    throw ConfigError(fmt::format("'{}' is not valid JSON: {}", where, e.what()));
   } catch (const Json::exception& e) {  // out_of_range.406: a number too large for a double
-    throw ConfigError(fmt::format("'{}' is not usable JSON: {}", path, e.what()));
+    throw ConfigError(fmt::format("'{}' is not usable JSON: {}", where, e.what()));
   }
 }
 

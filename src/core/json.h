@@ -15,6 +15,8 @@ using Json = nlohmann::json;
 // Reads and parses a JSON file; a missing, non-regular or too large file (io::kMaxJsonBytes), a
 // parse error or a number too large for a double is a ConfigError naming the path.
 Json read_file(const std::string& path);
+// Parses `text` the same way; `where` (a path, a store key) names it in messages.
+Json parse(const std::string& text, const std::string& where);
 
 // Writes `doc` to `path` with two-space indentation; any open or write failure is a ConfigError.
 void write_file(const std::string& path, const Json& doc);

@@ -42,6 +42,22 @@ std::string get_string(c10d::Store& store, const std::string& key) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+// Whether the coordinator's store still answers (one round trip, within the store's timeout).
+bool store_answers(c10d::Store& store) {
+  try {
+    store.check({keys::run_over()});
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The first line of an exception's message (c10's carry a backtrace after it).
+std::string first_line(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
 // How one incarnation of a node ended.
 enum class End { kShutdown, kWorkerExited, kFenced, kStoreLost, kRunOver };
 
@@ -121,6 +137,12 @@ Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
         finished[i] = true;
         continue;
       }
+      // A worker that failed because the coordinator went away (its store stopped answering) is
+      // the coordinator's loss, not the worker's: the agent says which coordinator it lost.
+      if (!store_answers(store)) {
+        kill_all();
+        return {End::kStoreLost};
+      }
       // A worker died or failed: report it at once, then take the node out.
       const auto report =
           nlohmann::json{{"worker", ids[i]}, {"status", *status}, {"incarnation", n.incarnation}}
@@ -178,9 +200,43 @@ nlohmann::json corpus_report(const runtime::RunConfig& config) {
   }
 }
 
+int local_agent(const AgentArgs& args);
+int remote_agent(AgentArgs args);
+
 }  // namespace
 
+// A store call that fails outside the places that expect it (c10d raises DistError, or the
+// coordinator's half-written reply does not parse) means the coordinator has gone: a lost peer
+// (exit 3) naming it, never an internal error.
 int run_agent(const AgentArgs& args) {
+  try {
+    return local_agent(args);
+  } catch (const c10::DistError& e) {
+    throw CommError(fmt::format("agent of node {}: lost the coordinator at {}:{}: {}", args.node,
+                                args.store_host, args.store_port, first_line(e)));
+  }
+}
+
+int run_remote_agent(AgentArgs args) {
+  const std::string where = fmt::format("{}:{}", args.store_host, args.store_port);
+  const std::string name = args.node_name;
+  try {
+    return remote_agent(std::move(args));
+  } catch (const c10::DistError& e) {
+    throw CommError(fmt::format("agent{}: lost the coordinator at {}: {}",
+                                name.empty() ? std::string() : " '" + name + "'", where,
+                                first_line(e)));
+  } catch (const nlohmann::json::exception& e) {
+    throw CommError(fmt::format("agent{}: the coordinator at {} sent a reply that does not parse "
+                                "({}); is it the same breakwater version?",
+                                name.empty() ? std::string() : " '" + name + "'", where,
+                                e.what()));
+  }
+}
+
+namespace {
+
+int local_agent(const AgentArgs& args) {
   // A peer that dies closes its sockets: a write to one must fail with EPIPE (Gloo and the store
   // client then raise an error this process handles as a lost peer), not kill this process with
   // SIGPIPE, which would take its node out with the dead one.
@@ -201,10 +257,16 @@ int run_agent(const AgentArgs& args) {
   n.incarnation = args.incarnation;
   n.gloo_host = args.gloo_host.empty() ? "127.0.0.1" : args.gloo_host;
   const auto ended = run_node(store, args, n, config);
+  if (ended.end == End::kStoreLost) {
+    runtime::log(runtime::LogLevel::kError,
+                 "agent of node {}: lost the coordinator at {}:{} (its store stopped answering); "
+                 "stopped the workers",
+                 args.node, args.store_host, args.store_port);
+  }
   return ended.end == End::kShutdown ? 0 : 3;
 }
 
-int run_remote_agent(AgentArgs args) {
+int remote_agent(AgentArgs args) {
   // Measured first: the time to here is the start-up the coordinator allows this host's workers
   // (twice over) before their first heartbeat; it cannot time a process someone else started.
   // Loading the binary and LibTorch, the same start-up its workers will have (0 if unknown).
@@ -326,4 +388,5 @@ int run_remote_agent(AgentArgs args) {
   }
 }
 
+}  // namespace
 }  // namespace bw::elastic

@@ -307,7 +307,6 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   }
   summary.layout = run.layout;
   summary.notes = run.notes;
-  if (options.on_plan) options.on_plan(summary.layout, summary.notes);
 
   int first_step = 0;
   std::string resume;
@@ -339,6 +338,9 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   if (config.train.tensorboard) {
     tensorboard = std::make_unique<TensorBoardSink>((fs::path(config.train.out_dir) / "tb").string());
   }
+  // Everything knowable before the run starts (data, plan, faults, resume, out_dir and its lock,
+  // the first writes there) has been checked: only now is the plan shown (docs/cli.md).
+  if (options.on_plan) options.on_plan(summary.layout, summary.notes);
 
   const int steps = config.train.steps;
   const double tokens_per_step =

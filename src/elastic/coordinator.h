@@ -82,6 +82,9 @@ struct CoordinatorOptions {
   std::vector<std::string> expected_names;  // named in the message when some are missing
   // The store is up (multi-host): the address agents connect to.
   std::function<void(const std::string& address, int port)> on_listen;
+  // The first plan (generation 0) once every check before the start has passed (data, plan,
+  // faults, resume, out_dir and its lock, config.toml written), before any worker starts; then
+  // each new plan after a reconfiguration.
   std::function<void(const runtime::RunLayout&, const std::vector<std::string>& notes)> on_plan;
   std::function<void(const StepSummary&)> on_step;
   std::function<void(const Event&)> on_event;

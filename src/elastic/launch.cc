@@ -34,17 +34,16 @@ std::vector<HostEntry> parse_hostfile(const std::string& text, const std::string
     e.host = host;
     if (words >> slots) {
       std::string rest;
-      int value = 0;
+      long value = 0;  // checked before it narrows (slots=4294967297 must not wrap to 1)
       char* end = nullptr;
-      if (slots.rfind("slots=", 0) == 0)
-        value = static_cast<int>(std::strtol(slots.c_str() + 6, &end, 10));
+      if (slots.rfind("slots=", 0) == 0) value = std::strtol(slots.c_str() + 6, &end, 10);
       if (slots.rfind("slots=", 0) != 0 || *end != '\0' || value < 1 || value > 1024 ||
           (words >> rest)) {
         throw ConfigError(
             fmt::format("{}:{}: '{}' is not `host slots=g` (g in 1..1024), e.g. `worker-1 slots=8`",
                         path, number, line));
       }
-      e.slots = value;
+      e.slots = static_cast<int>(value);
     }
     if (!seen.insert(host).second) {
       throw ConfigError(

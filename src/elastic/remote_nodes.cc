@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "elastic/messages.h"
 #include "elastic/token.h"
 #include "runtime/log.h"
 
@@ -86,18 +87,19 @@ void RemoteNodes::scan() {
 }
 
 void RemoteNodes::handle(int index, const std::string& json) {
-  nlohmann::json doc;
+  ::bw::elastic::Registration reg;  // the message (messages.h), not RemoteNodes::Registration
   try {
-    doc = nlohmann::json::parse(json);
-  } catch (const std::exception&) {
-    refuse(index, fmt::format("#{}", index), "its registration is not valid JSON");
+    reg = decode_registration(json, keys::registration(index));
+  } catch (const ConfigError& e) {
+    refuse(index, fmt::format("#{}", index), fmt::format("its registration is not one ({})",
+                                                         e.what()));
     return;
   }
-  const std::string name = doc.value("name", std::string());
-  const std::string host = doc.value("host", std::string("?"));
-  const std::string proof = doc.value("proof", std::string());
-  const int devices = doc.value("devices", 0);
-  const double launch_ms = std::clamp(doc.value("launch_ms", 0.0), 0.0, 600000.0);
+  const std::string& name = reg.name;
+  const std::string& host = reg.host;
+  const std::string& proof = reg.proof;
+  const int devices = reg.devices;
+  const double launch_ms = reg.launch_ms;
   const std::string who = fmt::format("'{}' ({})", name, host);
   if (proof.empty()) {
     refuse(index, who,
@@ -116,9 +118,8 @@ void RemoteNodes::handle(int index, const std::string& json) {
   if (!data_digest_.empty()) {
     // The corpus is read on every host (workers read their microbatches locally): each must
     // hold the same tokens, or the pipelines would train on different samples.
-    const auto data = doc.value("data", nlohmann::json::object());
-    const std::string error = data.value("error", std::string());
-    const std::string digest = data.value("digest", std::string());
+    const std::string& error = reg.data_error;
+    const std::string& digest = reg.data_digest;
     if (!error.empty()) {
       refuse(index, who,
              fmt::format("it cannot read the corpus: {}; every host needs the run's corpus at "
@@ -130,7 +131,7 @@ void RemoteNodes::handle(int index, const std::string& json) {
       refuse(index, who,
              fmt::format("its corpus at data.path '{}' holds {} but the coordinator's holds {}; "
                          "every host needs the same corpus at data.path (copy the coordinator's)",
-                         data.value("path", data_path_),
+                         reg.data_path.empty() ? data_path_ : reg.data_path,
                          digest.empty() ? std::string("nothing it reported") : digest,
                          data_digest_));
       return;

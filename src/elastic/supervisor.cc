@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "elastic/messages.h"
 #include "model/gpt.h"
 #include "plan/reconfigure.h"
 #include "runtime/checkpointing.h"
@@ -156,8 +157,8 @@ void Supervisor::detect() {
     const auto& st = node_states_[node];
     const auto key = keys::node_exit(node, st.incarnation);
     if (!exists(*store_, key)) return false;
-    const auto doc = nlohmann::json::parse(get_string(*store_, key));
-    const int worker = doc.at("worker"), status = doc.at("status");
+    const auto report = decode_exit_report(get_string(*store_, key), key);
+    const int worker = report.worker, status = report.status;
     if (status == 1 || status == 2) {
       fail_run(worker, status);
       return true;
@@ -268,9 +269,10 @@ void Supervisor::fail_run(int worker, int status) {
   std::string message = fmt::format("worker {} exited with status {}", worker, status);
   bool config = status == 2;
   if (exists(*store_, keys::worker_error(worker))) {
-    const auto doc = nlohmann::json::parse(get_string(*store_, keys::worker_error(worker)));
-    message = doc.at("message").get<std::string>();
-    config = doc.at("kind").get<std::string>() == keys::kConfigError;
+    const auto error = decode_worker_error(get_string(*store_, keys::worker_error(worker)),
+                                           keys::worker_error(worker));
+    message = error.message;
+    config = error.config_error;
   }
   for (auto& [node, st] : node_states_) {
     nodes_.kill(node);
@@ -399,10 +401,10 @@ void Supervisor::report_recovery(int step, double now) {
   e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
   for (int r = 0; r < run_.layout.world_size(); ++r) {
     if (!exists(*store_, keys::joined(g_, r))) continue;
-    const auto j = nlohmann::json::parse(get_string(*store_, keys::joined(g_, r)));
-    e.regroup_ms = std::max(e.regroup_ms, j.at("regroup_ms").get<double>());
-    e.transfer_ms = std::max(e.transfer_ms, j.at("transfer_ms").get<double>());
-    e.transfer_bytes += j.value("transfer_bytes", int64_t{0});
+    const auto j = decode_joined(get_string(*store_, keys::joined(g_, r)), keys::joined(g_, r));
+    e.regroup_ms = std::max(e.regroup_ms, j.regroup_ms);
+    e.transfer_ms = std::max(e.transfer_ms, j.transfer_ms);
+    e.transfer_bytes += j.transfer_bytes;
   }
   e.recovery_ms = now - pending_->fail_ms;
   e.replay_ms = std::max(0.0, now - pending_->published_ms - e.regroup_ms - e.transfer_ms);
@@ -422,8 +424,7 @@ void Supervisor::poll_run() {
     std::vector<int64_t> ids;
     for (int r = 0; r < world; ++r) {
       const auto key = keys::ready(g_, committed_, r);
-      rec.reports.push_back(
-          runtime::StepReport::from_json(nlohmann::json::parse(get_string(*store_, key))));
+      rec.reports.push_back(decode_step_report(get_string(*store_, key), key));
       store_->deleteKey(key);
       ids.insert(ids.end(), rec.reports.back().samples.begin(), rec.reports.back().samples.end());
     }
@@ -553,18 +554,17 @@ void Supervisor::poll_quiesce() {
   if (names.empty() || store_->check(names)) {
     holdings_.clear();
     for (int w : expected) {
-      const auto doc = nlohmann::json::parse(get_string(*store_, keys::stopped(g_, w)));
-      const int steps_done = doc.at("steps_done");
+      const auto stopped = decode_stopped(get_string(*store_, keys::stopped(g_, w)),
+                                          keys::stopped(g_, w));
+      const int64_t steps_done = stopped.steps_done;
       BW_CHECK(steps_done == committed_,
                "worker {} left generation {} having applied {} steps, but {} are committed", w, g_,
                steps_done, committed_);
       auto& held = holdings_[w];
-      if (doc.contains("ranges")) {
-        for (const auto& r : doc.at("ranges"))
-          held[r.at(0).get<int>()] = {r.at(1).get<int64_t>(), r.at(2).get<int64_t>()};
+      if (!stopped.layers) {
+        for (const auto& [layer, range] : stopped.ranges) held[layer] = range;
       } else {
-        for (int l : doc.at("layers").get<std::vector<int>>())
-          held[l] = {0, model::num_parameters(ctx_.model, l)};
+        for (int l : *stopped.layers) held[l] = {0, model::num_parameters(ctx_.model, l)};
       }
     }
     // A checkpoint whose shards all made it before the stop is complete; others are dropped.
@@ -782,15 +782,12 @@ void Supervisor::poll_finish() {
     // Keys: a whole layer "{layer}", or a segment of a segmented one "{layer}/{begin}-{end}".
     std::map<std::string, std::pair<int, std::string>> first;  // key -> (rank, checksums)
     for (int r = 0; r < world; ++r) {
-      const auto doc = nlohmann::json::parse(get_string(*store_, keys::done(g_, r)));
-      for (auto it = doc.begin(); it != doc.end(); ++it) {
-        const std::string sums = it.value().dump();
-        auto [pos, fresh] = first.emplace(it.key(), std::make_pair(r, sums));
-        BW_CHECK(fresh || pos->second.second == sums,
-                 "replicas of layer {} diverged: rank {} has {}, rank {} has {}", it.key(),
-                 pos->second.first, pos->second.second, r, sums);
-        if (it.key().find('/') == std::string::npos)
-          outcome_.parameter_checksums[std::stoi(it.key())] = it.value().at(0).get<std::string>();
+      for (const auto& e : decode_done(get_string(*store_, keys::done(g_, r)), keys::done(g_, r))) {
+        auto [pos, fresh] = first.emplace(e.part, std::make_pair(r, e.checksums));
+        BW_CHECK(fresh || pos->second.second == e.checksums,
+                 "replicas of layer {} diverged: rank {} has {}, rank {} has {}", e.part,
+                 pos->second.first, pos->second.second, r, e.checksums);
+        if (e.layer) outcome_.parameter_checksums[*e.layer] = e.first;
       }
     }
     if (pending_) report_recovery(committed_, now);

@@ -500,7 +500,10 @@ int run_worker_process(const WorkerArgs& args) {
     // The class travels with the message, so the coordinator reports a worker's bad input as
     // bad input (exit status 2) rather than as a failed peer.
     const bool config = dynamic_cast<const ConfigError*>(&e) != nullptr;
-    const bool comm = dynamic_cast<const CommError*>(&e) != nullptr;
+    // A store or Gloo call that failed outside the places that expect it (c10d's DistError) is
+    // a lost peer, the coordinator or another worker (exit 3), not a bug.
+    const bool comm = dynamic_cast<const CommError*>(&e) != nullptr ||
+                      dynamic_cast<const c10::DistError*>(&e) != nullptr;
     try {
       if (!comm) {
         set_string(
@@ -511,7 +514,14 @@ int run_worker_process(const WorkerArgs& args) {
     } catch (...) {
       // The store is gone too; the exit status still tells the agent.
     }
-    runtime::log(runtime::LogLevel::kError, "{}", e.what());
+    if (dynamic_cast<const c10::DistError*>(&e) != nullptr) {
+      const std::string what = e.what();
+      runtime::log(runtime::LogLevel::kError,
+                   "worker {}: lost the coordinator at {}:{} or a peer: {}", args.worker,
+                   args.store_host, args.store_port, what.substr(0, what.find('\n')));
+    } else {
+      runtime::log(runtime::LogLevel::kError, "{}", e.what());
+    }
     return config ? 2 : comm ? 3 : 1;
   }
 }

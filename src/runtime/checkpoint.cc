@@ -30,8 +30,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; big-endian hosts need byte swapping");
 
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
-
 struct DtypeInfo {
   const char* name;
   torch::ScalarType type;
@@ -55,11 +53,8 @@ const DtypeInfo* find_dtype(const std::string& name) {
 }
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
-  throw ConfigError(fmt::format("safetensors file '{}' is truncated or corrupt: {}", path, what));
+  safetensors_corrupt(path, what);
 }
-
-// Checked a * b for non-negative int64 values; false on overflow.
-bool mul_ok(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
 // Writes through `path.tmp` renamed into place at the end; the .tmp is removed if anything
 // fails. `body` writes through the FileWriter; the caller knows the file's digest.
@@ -225,102 +220,25 @@ SafetensorsFile load_safetensors(const std::string& path) {
 namespace {
 
 SafetensorsFile read_safetensors(std::istream& in, int64_t file_bytes, const std::string& path) {
-  if (file_bytes < 8)
-    corrupt(path, fmt::format("{} bytes, fewer than the 8-byte header length", file_bytes));
-  unsigned char len[8];
-  in.read(reinterpret_cast<char*>(len), 8);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  if (n > kMaxHeaderBytes || static_cast<int64_t>(n) > file_bytes - 8) {
-    corrupt(path, fmt::format("header length {} but the file has {} bytes", n, file_bytes));
-  }
+  unsigned char len[8] = {};
+  in.read(reinterpret_cast<char*>(len), std::min<int64_t>(8, std::max<int64_t>(file_bytes, 0)));
+  const uint64_t n = safetensors_header_length(len, file_bytes, path);
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) corrupt(path, "cannot read the header");
   uint32_t head_crc = crc32c_extend(crc32c(len, 8), text.data(), text.size());  // length + header
-  Json header;
-  try {
-    header = Json::parse(text);
-  } catch (const Json::exception& e) {
-    corrupt(path, fmt::format("header is not valid JSON ({})", e.what()));
-  }
-  if (!header.is_object()) corrupt(path, "header is not a JSON object");
-
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   const int64_t data_bytes = file_bytes - data_start;
+  auto layout = parse_safetensors_header(text, data_bytes, path);
   SafetensorsFile result;
-  struct Span {
-    int64_t begin, end;
-    std::string name;
-    const DtypeInfo* dtype;
-    std::vector<int64_t> shape;
-  };
-  std::vector<Span> spans;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) corrupt(path, "__metadata__ is not an object");
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) corrupt(path, fmt::format("metadata '{}' is not a string", k));
-        result.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    auto where = fmt::format("tensor '{}'", name);
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets") || !entry["dtype"].is_string() ||
-        !entry["shape"].is_array() || !entry["data_offsets"].is_array() ||
-        entry["data_offsets"].size() != 2) {
-      corrupt(path, where + " needs dtype, shape and data_offsets [begin, end]");
-    }
-    const DtypeInfo* dt = find_dtype(entry["dtype"].get<std::string>());
-    if (!dt) corrupt(path, fmt::format("{} has unknown dtype '{}'", where, entry["dtype"].dump()));
-    std::vector<int64_t> shape;
-    int64_t numel = 1;
-    for (const auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) corrupt(path, where + " has a non-integer dimension");
-      const uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          !mul_ok(numel, static_cast<int64_t>(dim), numel)) {
-        corrupt(path, fmt::format("{} has shape {} whose size overflows", where,
-                                  entry["shape"].dump()));
-      }
-      shape.push_back(static_cast<int64_t>(dim));
-    }
-    const auto& off = entry["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
-        off[0].get<uint64_t>() > static_cast<uint64_t>(data_bytes) ||
-        off[1].get<uint64_t>() > static_cast<uint64_t>(data_bytes)) {
-      corrupt(path, fmt::format("{} has data_offsets {} outside the {} data bytes of the file",
-                                where, off.dump(), data_bytes));
-    }
-    int64_t begin = off[0].get<int64_t>(), end = off[1].get<int64_t>();
-    int64_t need = 0;
-    if (!mul_ok(numel, dt->bytes, need) || end < begin || end - begin != need) {
-      corrupt(path, fmt::format("{} ({} x {}) needs {} bytes but data_offsets are [{}, {}]", where,
-                                dt->name, entry["shape"].dump(), need, begin, end));
-    }
-    spans.push_back({begin, end, name, dt, std::move(shape)});
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  int64_t covered = 0;
-  for (const auto& s : spans) {
-    if (s.begin != covered) {
-      corrupt(path, fmt::format("tensor '{}' starts at data byte {} where {} was expected (a "
-                                "hole or an overlap)",
-                                s.name, s.begin, covered));
-    }
-    covered = s.end;
-  }
-  if (covered != data_bytes) {
-    corrupt(path,
-            fmt::format("tensors cover {} data bytes but the file holds {}", covered, data_bytes));
-  }
+  result.metadata = std::move(layout.metadata);
   // The layout is sound and fits the file: now allocate and read, in file order.
   uint32_t data_crc = 0;
-  for (const auto& s : spans) {
-    torch::Tensor t = torch::empty(s.shape, torch::TensorOptions().dtype(s.dtype->type));
+  for (const auto& s : layout.spans) {
+    const DtypeInfo* dtype = find_dtype(s.dtype);
+    BW_CHECK(dtype != nullptr && dtype->bytes == s.elem_bytes, "dtype {} of {} bytes", s.dtype,
+             s.elem_bytes);
+    torch::Tensor t = torch::empty(s.shape, torch::TensorOptions().dtype(dtype->type));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(s.end - s.begin));
     if (!in) corrupt(path, fmt::format("tensor '{}' cannot be read", s.name));
     const auto bytes = static_cast<size_t>(s.end - s.begin);
@@ -361,54 +279,7 @@ void write_sidecar(const std::string& path, const CheckpointInfo& info) {
 }
 
 CheckpointInfo read_sidecar(const std::string& path) {
-  Json doc = json::read_file(path);
-  std::string where = fmt::format("checkpoint sidecar '{}'", path);
-  if (!doc.is_object() || doc.value("format", "") != "breakwater-checkpoint") {
-    throw ConfigError(
-        fmt::format("{} is not a breakwater checkpoint (no \"format\": "
-                    "\"breakwater-checkpoint\")",
-                    where));
-  }
-  long long version = json::get_int(doc, "version", where);
-  if (version != 1 && version != 2) {
-    throw ConfigError(
-        fmt::format("{} has version {}; this build reads versions 1 and 2", where, version));
-  }
-  CheckpointInfo info;
-  info.step = json::get_int(doc, "step", where);
-  info.next_sample = json::get_int(doc, "next_sample", where);
-  if (info.step < 0 || info.next_sample < 0) {
-    throw ConfigError(fmt::format("{}: step ({}) and next_sample ({}) must be >= 0", where,
-                                  info.step, info.next_sample));
-  }
-  info.weights = json::get_string(doc, "weights", where);
-  info.optimizer = json::get_string(doc, "optimizer", where);
-  info.config_toml = json::get_string(doc, "config", where);
-  if (doc.contains("extra")) info.extra = doc["extra"];
-  if (version >= 2) {
-    if (!doc.contains("files") || !doc["files"].is_object()) {
-      throw ConfigError(fmt::format("{}: version 2 needs a \"files\" object", where));
-    }
-    for (const auto& [name, d] : doc["files"].items()) {
-      const std::string w = fmt::format("{}: files.{}", where, name);
-      FileDigest digest;
-      digest.bytes = json::get_int_in(d, "bytes", w, 0, std::numeric_limits<int64_t>::max());
-      const std::string hex = json::get_string(d, "crc32c", w);
-      char* end = nullptr;
-      const unsigned long v = std::strtoul(hex.c_str(), &end, 16);
-      if (hex.size() != 8 || end != hex.c_str() + hex.size()) {
-        throw ConfigError(fmt::format("{}: crc32c '{}' is not 8 hex digits", w, hex));
-      }
-      digest.crc32c = static_cast<uint32_t>(v);
-      info.files[name] = digest;
-    }
-    for (const auto& f : {info.weights, info.optimizer}) {
-      if (info.files.count(f) == 0) {
-        throw ConfigError(fmt::format("{}: \"files\" has no digest for '{}'", where, f));
-      }
-    }
-  }
-  return info;
+  return parse_sidecar(json::read_file(path), fmt::format("checkpoint sidecar '{}'", path));
 }
 
 std::string beside(const std::string& sidecar_path, const std::string& file) {

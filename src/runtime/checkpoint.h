@@ -36,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/checkpoint_format.h"
+
 namespace bw::runtime {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -45,16 +47,6 @@ std::string checkpoint_tensor_name(int layer, const std::string& param);
 
 // "F32", "I64", ... for the dtypes safetensors defines; ConfigError for others.
 std::string safetensors_dtype(torch::ScalarType type);
-
-// Size and CRC-32C of a whole file.
-struct FileDigest {
-  int64_t bytes = 0;
-  uint32_t crc32c = 0;
-  bool operator==(const FileDigest&) const = default;
-};
-
-// The metadata key holding the CRC-32C of the data buffer (reserved: save_safetensors sets it).
-inline constexpr const char* kDataCrcKey = "crc32c";
 
 // Writes `tensors` (any device, any strides; names unique and non-empty) with string metadata;
 // with `sync`, fsyncs the file and its directory before returning. Returns the file's digest.
@@ -77,19 +69,6 @@ std::string encode_safetensors(const NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata = {},
                                FileDigest* digest = nullptr);
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name);
-
-struct CheckpointInfo {
-  int64_t step = 0;         // steps completed: the run resumes at this step
-  int64_t next_sample = 0;  // first global sample of the next step (the data position)
-  std::string weights;      // safetensors file of the parameters, relative to the sidecar
-  std::string optimizer;    // safetensors file of the optimizer state, relative to the sidecar
-  std::string config_toml;  // the resolved run config (to_toml)
-  nlohmann::json extra = nlohmann::json::object();  // anything else (generation, plan, ...)
-  // Digest of each tensor file, by its name as stored in `weights` / `optimizer` (version 2;
-  // empty when read from a version-1 sidecar, whose files load unverified).
-  std::map<std::string, FileDigest> files;
-  bool operator==(const CheckpointInfo&) const = default;
-};
 
 // The sidecar is {"format": "breakwater-checkpoint", "version": 2, "step", "next_sample",
 // "weights", "optimizer", "config", "extra", "files": {name: {"bytes", "crc32c"}}}; reading

@@ -1,4 +1,6 @@
-// Run config: schema, TOML reading, overrides and validation (see config.h).
+// Run config: schema, TOML reading and overrides (see config.h). Pure: no LibTorch, no files
+// (load_run_config, which reads files and checks out_dir and resume, is in config_load.cc), so
+// the fuzz target of the config parser links it without LibTorch (fuzz/).
 #include "runtime/config.h"
 
 #include <fmt/format.h>
@@ -13,10 +15,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "runtime/checkpointing.h"
 #include "runtime/config_schema.h"
-#include "runtime/out_dir_lock.h"
-#include "runtime/resume_check.h"
 
 namespace bw::runtime {
 namespace detail {
@@ -309,8 +308,45 @@ bool parse_int(const std::string& s, int64_t& out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+// Whether `s` is valid UTF-8 (what TOML requires of every string, so that the saved config.toml
+// of a config with this value loads again).
+bool valid_utf8(const std::string& s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};  // shortest form per length
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // continuation bytes
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c >> 5) == 0x6) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c >> 4) == 0xe) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c >> 3) == 0x1e) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 Value from_text(const std::string& raw, Kind kind, const std::string& name,
                 const std::string& source) {
+  if (!valid_utf8(raw)) {
+    throw ConfigError(fmt::format("{}: the value of {} is not valid UTF-8; give it as UTF-8 text",
+                                  source, name));
+  }
   std::string text = trim(raw);
   switch (kind) {
     case Kind::kInt: {
@@ -413,21 +449,6 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   apply_toml(config, root, source);
   for (const auto& o : overrides) apply_override(config, o);
   validate(config);
-  return config;
-}
-
-RunConfig load_run_config(const std::string& toml_path_or_empty,
-                          const std::vector<std::string>& overrides) {
-  std::string text;
-  if (!toml_path_or_empty.empty()) {
-    text = io::read_file(toml_path_or_empty, io::kMaxConfigBytes, "config file");
-  }
-  RunConfig config = parse_run_config(
-      text, toml_path_or_empty.empty() ? "defaults" : toml_path_or_empty, overrides);
-  check_out_dir_usable(config.train.out_dir);
-  if (!config.train.resume.empty()) {
-    check_resume(config, read_checkpoint_info(config.train.resume), config.train.resume);
-  }
   return config;
 }
 

@@ -151,6 +151,10 @@ void validate_devices(const RunConfig& config, int64_t devices);
 // The resolved config as TOML; with comments, one line per key saying what it is.
 std::string to_toml(const RunConfig& config, bool with_comments = false);
 
+// The keys whose values differ from the defaults, in schema order, as `section.key = value`
+// (what a run prints at start; the whole config is saved in train.out_dir, docs/cli.md).
+std::vector<std::string> changed_keys(const RunConfig& config);
+
 // microbatches * microbatch_size: the samples one step consumes.
 inline int64_t global_batch(const PipelineConfig& p) {
   return static_cast<int64_t>(p.microbatches) * p.microbatch_size;

@@ -300,4 +300,17 @@ std::string to_toml(const RunConfig& config, bool with_comments) {
   return out;
 }
 
+std::vector<std::string> changed_keys(const RunConfig& config) {
+  const RunConfig defaults;
+  std::vector<std::string> out;
+  for (const auto& section : detail::schema()) {
+    for (const auto& f : section.fields) {
+      const detail::Value v = f.get(config);
+      if (v == f.get(defaults)) continue;
+      out.push_back(section.name + "." + f.key + " = " + toml_value(v));
+    }
+  }
+  return out;
+}
+
 }  // namespace bw::runtime

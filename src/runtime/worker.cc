@@ -24,62 +24,6 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
-nlohmann::json StepReport::to_json() const {
-  nlohmann::json doc = {{"step", step},
-                        {"rank", rank},
-                        {"loss", loss},
-                        {"grad_norm", grad_norm},
-                        {"lr", lr},
-                        {"step_ms", step_ms},
-                        {"exec_ms", exec_ms},
-                        {"compute_ms", compute_ms},
-                        {"wait_ms", wait_ms},
-                        {"data_ms", data_ms},
-                        {"post_ms", post_ms},
-                        {"free_ms", free_ms},
-                        {"gather_ms", gather_ms},
-                        {"reduce_ms", reduce_ms},
-                        {"sync_ms", sync_ms},
-                        {"num_actions", num_actions},
-                        {"peak_rss_kb", peak_rss_kb},
-                        {"chunk_ms", chunk_ms},
-                        {"samples", samples}};
-  if (!tied.empty()) doc["tied"] = tied;
-  return doc;
-}
-
-StepReport StepReport::from_json(const nlohmann::json& d) {
-  // JSON has no NaN or infinity: a non-finite value travels as null and comes back as NaN, so
-  // the coordinator sees (and refuses to commit) a diverged step.
-  auto num = [&](const char* key) {
-    const auto& v = d.at(key);
-    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
-  };
-  StepReport r;
-  r.step = d.at("step");
-  r.rank = d.at("rank");
-  r.loss = num("loss");
-  r.grad_norm = num("grad_norm");
-  r.lr = d.at("lr");
-  r.step_ms = d.at("step_ms");
-  r.exec_ms = d.at("exec_ms");
-  r.compute_ms = d.at("compute_ms");
-  r.wait_ms = d.at("wait_ms");
-  r.data_ms = d.value("data_ms", 0.0);
-  r.post_ms = d.value("post_ms", 0.0);
-  r.free_ms = d.value("free_ms", 0.0);
-  r.gather_ms = d.value("gather_ms", 0.0);
-  r.reduce_ms = d.value("reduce_ms", 0.0);
-  r.sync_ms = d.at("sync_ms");
-  r.num_actions = d.at("num_actions");
-  r.peak_rss_kb = d.at("peak_rss_kb");
-  if (d.contains("chunk_ms"))
-    r.chunk_ms = d.at("chunk_ms").get<std::vector<std::array<double, 4>>>();
-  if (d.contains("samples")) r.samples = d.at("samples").get<std::vector<int64_t>>();
-  if (d.contains("tied")) r.tied = d.at("tied").get<std::map<std::string, std::vector<int64_t>>>();
-  return r;
-}
-
 int64_t peak_rss_kb() {
   struct rusage usage {};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;

@@ -38,36 +38,9 @@
 #include "runtime/model_state.h"
 #include "runtime/optimizer.h"
 #include "runtime/shard.h"
+#include "runtime/step_report.h"
 
 namespace bw::runtime {
-
-struct StepReport {
-  int step = 0;
-  int rank = 0;
-  double loss = 0.0;       // global-batch loss (every rank reports the same value)
-  double grad_norm = 0.0;  // before clipping
-  double lr = 0.0;
-  double step_ms = 0.0;     // the whole step on this rank
-  double exec_ms = 0.0;     // the action list (forward, backward, p2p)
-  double compute_ms = 0.0;  // inside F/B/I/W
-  double wait_ms = 0.0;     // blocked on p2p
-  double data_ms = 0.0;     // reading microbatches
-  double post_ms = 0.0;     // posting isend/irecv
-  double free_ms = 0.0;     // releasing finished microbatches
-  double gather_ms = 0.0;   // sharded stage: all-gathers of parameters (inside compute_ms)
-  double reduce_ms = 0.0;   // sharded stage: gradient all-reduces (inside compute_ms)
-  double sync_ms = 0.0;     // gradient sync + norm + optimizer
-  int num_actions = 0;
-  int64_t peak_rss_kb = 0;
-  std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms
-  std::vector<int64_t> samples;  // data window ids this rank fed into chunk 0 (any order)
-  // Tied copies this rank holds, per group, as GradSync::tied_checksums of the parameters the
-  // step ran with; the coordinator checks that every copy agrees (empty when untied).
-  std::map<std::string, std::vector<int64_t>> tied;
-
-  nlohmann::json to_json() const;
-  static StepReport from_json(const nlohmann::json& doc);
-};
 
 // What a step computed before its commit: gradients are synced and clipped-to-be, nothing is
 // applied yet (the optimizer runs only once the coordinator commits the step).

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -124,6 +125,7 @@ struct Case {
   int status;          // expected exit status
   std::string phrase;  // must appear in stdout + stderr
   std::string stdout_to = "";  // "" = captured with stderr; else a path (e.g. /dev/full)
+  std::string absent = "";     // must not appear (e.g. the plan, printed before a knowable error)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -188,8 +190,13 @@ TEST_P(Hostile, ExitsWithTheRightStatusAndOneClearMessage) {
   EXPECT_NE(r.output.find(c.phrase), std::string::npos)
       << c.name << ": expected '" << c.phrase << "' in:\n"
       << r.output.substr(0, 3000);
-  if (c.status == 2) {
+  if (c.status == 2 || c.status == 3) {
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+  }
+  if (!c.absent.empty()) {
+    EXPECT_EQ(r.output.find(c.absent), std::string::npos)
+        << c.name << ": '" << c.absent << "' must not appear in:\n"
+        << r.output.substr(0, 3000);
   }
 }
 
@@ -288,6 +295,17 @@ std::vector<Case> simulate_cases() {
        "No space left on device"},
       {"sim_stdout_full", with({"--failure-every", "10m", "--hours", "1", "--json"}), 2,
        "cannot write", "/dev/full"},
+      // A list naming an item twice is refused, naming it (never merged).
+      {"sim_policy_twice", with({"--failure-every", "10m", "--policy", "restart,breakwater,restart"}),
+       2, "--policy names 'restart' twice"},
+      {"sim_schedules_twice",
+       with({"--failure-every", "10m", "--throughput", "planner", "--schedules", "1f1b,1f1b"}), 2,
+       "--schedules names '1f1b' twice"},
+      // A count of 0 that would read as "not given" is refused when given.
+      {"sim_burst_size_zero", with({"--failure-every", "10m", "--burst-size", "0"}), 2,
+       "--burst-size must be >= 1, got 0"},
+      {"sim_step_ms_zero", with({"--failure-every", "10m", "--step-ms", "0"}), 2,
+       "--step-ms must be a finite number > 0, got 0"},
   };
 }
 
@@ -329,6 +347,11 @@ std::vector<Case> plan_cases() {
        2, "inf_cluster.json"},
       {"plan_stdout_full", with({"--profile", prof, "--nodes", "4", "--json"}), 2, "cannot write",
        "/dev/full"},
+      {"plan_fail_twice", with({"--profile", prof, "--nodes", "4", "--fail", "2,1,2"}), 2,
+       "--fail names '2' twice"},
+      {"plan_schedules_twice",
+       with({"--profile", prof, "--nodes", "4", "--schedules", "hanayo-w1,1f1b,hanayo-w1"}), 2,
+       "--schedules names 'hanayo-w1' twice"},
   };
 }
 
@@ -505,10 +528,30 @@ std::vector<Case> train_cases() {
       {"train_inject_no_such_node", with({"--elastic.inject=kill:node=9:step=0"}), 2,
        "name a node, device and step of this run"},
       {"train_inject_past_the_end", with({"--elastic.inject=kill:node=1:step=5"}), 2, "steps 0..0"},
-      // Huge but legal: says its cost before it starts (here it is then refused by the lock).
+      // Huge but legal: says its cost before it starts (here it then diverges at its first
+      // step, injected).
       {"train_costly_says_so",
-       with({"--train.steps=2000000000", "--train.out_dir=" + locked_out_dir()}), 2,
+       with({"--devices=1", "--train.steps=2000000000", "--elastic.inject=nan:node=0:step=0"}), 2,
        "note: this run needs at least"},
+      // A count of 0 is refused, not read as "not given".
+      {"train_devices_zero", with({"--devices=0"}), 2, "--devices must be >= 1, got 0"},
+      // Errors knowable before the start come before the config and the plan are printed.
+      {"train_data_missing_first",
+       {"train", "--model.name=tiny", "--data.path=" + cases_dir() + "/no_such_corpus.txt",
+        "--train.steps=1", "--train.out_dir=" + cases_dir() + "/train_out"},
+       2, "no_such_corpus.txt", "", "plan (generation"},
+      {"train_out_dir_locked_first",
+       {"train", "--model.name=tiny", "--data.path=" + corpus, "--train.steps=1",
+        "--train.out_dir=" + locked_out_dir()},
+       2, "in use by another run", "", "plan (generation"},
+      {"train_config_toml_full_first",
+       {"train", "--model.name=tiny", "--data.path=" + corpus, "--train.steps=1", "--devices=1",
+        "--train.out_dir=" + out_dir_with_link("config_full2", "config.toml", "/dev/full")},
+       2, "cannot write resolved config", "", "plan (generation"},
+      {"train_inject_no_such_node_first",
+       {"train", "--model.name=tiny", "--data.path=" + corpus, "--train.steps=1",
+        "--train.out_dir=" + cases_dir() + "/train_out", "--elastic.inject=kill:node=9:step=0"},
+       2, "name a node, device and step of this run", "", "config:"},
       {"train_resume_past_end",
        with({"--train.resume=" + ckpt, "--train.steps=4", "--pipeline.microbatches=8",
              "--pipeline.microbatch_size=4"}),
@@ -548,6 +591,9 @@ std::vector<Case> multihost_cases() {
        2, "--expect-nodes must be >= 1"},
       {"coord_one_device", coordinator({"--listen", "127.0.0.1:0", token, "--expect-nodes", "1"}),
        2, "needs at least 2 devices"},
+      {"coord_expect_names_twice",
+       coordinator({"--listen", "127.0.0.1:0", token, "--expect-names", "a,b,a"}), 2,
+       "--expect-names names 'a' twice"},
       {"coord_agents_missing",
        coordinator(
            {"--listen", "127.0.0.1:0", token, "--expect-nodes", "2", "--expect-names", "a,b"}),
@@ -561,6 +607,10 @@ std::vector<Case> multihost_cases() {
        {"agent", "--coordinator", "10.0.0.1:0"},
        2,
        "needs the coordinator's port"},
+      {"agent_devices_zero",
+       {"agent", "--coordinator", "127.0.0.1:1", "--devices", "0", "--wait-s", "1"},
+       2,
+       "--devices must be >= 1, got 0"},
       {"agent_unreachable",
        {"agent", "--coordinator", "127.0.0.1:1", "--wait-s", "1"},
        3,
@@ -570,6 +620,105 @@ std::vector<Case> multihost_cases() {
   return {};
 #endif
 }
+
+#ifdef BW_WITH_TORCH
+// A process started in its own process group, output to `log`; the test waits for or kills it.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> full = {BW_BINARY};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    setenv("BW_RUN_TOKEN", "hostile-lost-peer", 1);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(BW_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `done` every 20 ms until it holds or `seconds` pass.
+bool wait_for(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+// The exit status of `pid`, or -1 (then it is killed) when it runs past `seconds`.
+int wait_status(pid_t pid, double seconds) {
+  int status = 0;
+  if (!wait_for([&] { return waitpid(pid, &status, WNOHANG) == pid; }, seconds)) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// An agent whose coordinator dies mid-run has lost a peer: exit 3, and the message names the
+// coordinator it lost (never "internal error", exit 1). Two agents on this host (loopback), a
+// tiny model; the coordinator is killed (SIGKILL) once the first step is in metrics.jsonl.
+TEST(LostPeer, AnAgentWhoseCoordinatorDiesExits3NamingIt) {
+  const std::string corpus = file("corpus.txt", std::string(20000, 'a'));
+  const std::string out = dir() + "/lost_peer_out";
+  const std::string clog = dir() + "/lost_peer_coordinator.log";
+  const pid_t coordinator = spawn(
+      {"coordinator", "--listen", "127.0.0.1:0", "--wait-s", "30", "--log-level=info",
+       "--model.name=tiny", "--data.path=" + corpus, "--train.steps=100000",
+       "--train.sample_tokens=0", "--cluster.nodes=2", "--pipeline.fault_tolerance=0",
+       "--elastic.heartbeat_timeout_s=2", "--train.out_dir=" + out},
+      clog);
+  std::string port;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto text = read_text(clog);
+        const auto at = text.find("listening on 127.0.0.1:");
+        if (at == std::string::npos) return false;
+        const auto begin = at + std::string("listening on 127.0.0.1:").size();
+        port = text.substr(begin, text.find_first_not_of("0123456789", begin) - begin);
+        return !port.empty();
+      },
+      kDeadlineS))
+      << read_text(clog);
+  const std::string where = "127.0.0.1:" + port;
+  std::vector<pid_t> agents;
+  for (const char* name : {"lost-a", "lost-b"}) {
+    agents.push_back(spawn({"agent", "--coordinator", where, "--node-name", name, "--wait-s", "2"},
+                           dir() + "/lost_peer_" + name + ".log"));
+  }
+  const bool stepped = wait_for([&] { return !read_text(out + "/metrics.jsonl").empty(); },
+                                2 * kDeadlineS);
+  kill(-coordinator, SIGKILL);
+  waitpid(coordinator, nullptr, 0);
+  ASSERT_TRUE(stepped) << read_text(clog);
+  for (const char* name : {"lost-a", "lost-b"}) {
+    const pid_t agent = agents.front();
+    agents.erase(agents.begin());
+    const int status = wait_status(agent, kDeadlineS);
+    const std::string log = read_text(dir() + "/lost_peer_" + std::string(name) + ".log");
+    EXPECT_EQ(status, 3) << name << ":\n" << log;
+    EXPECT_NE(log.find(where), std::string::npos) << name << " does not name " << where << ":\n"
+                                                  << log;
+    EXPECT_EQ(log.find("internal error"), std::string::npos) << name << ":\n" << log;
+  }
+}
+#endif
 
 // A minimal byte-level BPE tokenizer.json: enough for `data prepare` to start.
 std::string tiny_tokenizer(const std::string& model_type = "BPE") {
@@ -614,6 +763,7 @@ std::vector<Case> data_cases() {
       {"data_both_val_options", prepare({"--val-docs", "1", "--val-fraction", "0.5", in}, "d10"),
        2, "not both"},
       {"data_stdout_full", prepare({in}, "d11"), 2, "cannot write", "/dev/full"},
+      {"data_input_twice", prepare({in, in}, "d12"), 2, "the input list names '" + in + "' twice"},
   };
 }
 

@@ -1,0 +1,46 @@
+// Every store message an agent or a worker sends and the coordinator reads (elastic/messages.h):
+// the input's first byte picks the message, the rest is its value.
+#include <cstdlib>
+
+#include "elastic/messages.h"
+#include "fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string value = bw::fuzz::text(data + 1, size - 1);
+  using namespace bw::elastic;
+  BW_FUZZ_EXPECT_CONFIG_ERRORS({
+    switch (data[0] % 7) {
+      case 0:
+        (void)decode_exit_report(value, "node/0/exit/0");
+        break;
+      case 1:
+        (void)decode_worker_error(value, "worker/0/error");
+        break;
+      case 2:
+        (void)decode_joined(value, "g1/joined/0");
+        break;
+      case 3: {
+        const auto s = decode_stopped(value, "g1/stopped/0");
+        for (const auto& [layer, range] : s.ranges) {
+          if (layer < 0 || range.first < 0 || range.second < range.first) std::abort();
+        }
+        break;
+      }
+      case 4:
+        for (const auto& e : decode_done(value, "g1/done/0")) {
+          if (e.layer && *e.layer < 0) std::abort();
+        }
+        break;
+      case 5: {
+        const auto r = decode_step_report(value, "g0/ready/0/0");
+        (void)bw::runtime::StepReport::from_json(r.to_json());  // what a worker sends reads back
+        break;
+      }
+      case 6:
+        (void)decode_registration(value, "reg/0");
+        break;
+    }
+  });
+  return 0;
+}

@@ -1,0 +1,173 @@
+// Store message decoders (see messages.h).
+#include "elastic/messages.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "elastic/keys.h"
+
+namespace bw::elastic {
+namespace {
+
+using Json = nlohmann::json;
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+
+std::string where(const std::string& key) { return fmt::format("store message '{}'", key); }
+
+Json object(const std::string& text, const std::string& key) {
+  Json doc = json::parse(text, where(key));
+  if (!doc.is_object()) {
+    throw ConfigError(fmt::format("{}: expected a JSON object, got {}", where(key),
+                                  doc.type_name()));
+  }
+  return doc;
+}
+
+int int_field(const Json& doc, const char* field, const std::string& key, long long lo = 0,
+              long long hi = kMaxInt) {
+  return static_cast<int>(json::get_int_in(doc, field, where(key), lo, hi));
+}
+
+// An optional string field: absent = "", present but not a string = ConfigError.
+std::string string_or_empty(const Json& doc, const char* field, const std::string& key) {
+  return doc.contains(field) ? json::get_string(doc, field, where(key)) : std::string();
+}
+
+const Json& array_field(const Json& doc, const char* field, const std::string& key) {
+  const auto it = doc.find(field);
+  if (it == doc.end() || !it->is_array()) {
+    throw ConfigError(fmt::format("{}: field '{}' must be an array", where(key), field));
+  }
+  return *it;
+}
+
+// An integer element of an array, in [lo, hi].
+int64_t element(const Json& v, const std::string& key, const char* what, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+      (!v.is_number_unsigned() && (v.get<int64_t>() < lo || v.get<int64_t>() > hi))) {
+    throw ConfigError(fmt::format("{}: {} {} is not an integer in [{}, {}]", where(key), what,
+                                  v.dump(), lo, hi));
+  }
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
+ExitReport decode_exit_report(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  ExitReport r;
+  r.worker = int_field(doc, "worker", key);
+  r.status = int_field(doc, "status", key, 0, 255);
+  r.incarnation = int_field(doc, "incarnation", key);
+  return r;
+}
+
+WorkerError decode_worker_error(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  WorkerError e;
+  e.message = json::get_string(doc, "message", where(key));
+  e.config_error = json::get_string(doc, "kind", where(key)) == keys::kConfigError;
+  return e;
+}
+
+Joined decode_joined(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  Joined j;
+  j.regroup_ms = json::get_number(doc, "regroup_ms", where(key));
+  j.transfer_ms = json::get_number(doc, "transfer_ms", where(key));
+  if (doc.contains("transfer_bytes")) {
+    j.transfer_bytes = json::get_int_in(doc, "transfer_bytes", where(key), 0, 1LL << 53);
+  }
+  return j;
+}
+
+Stopped decode_stopped(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  Stopped s;
+  s.steps_done = json::get_int_in(doc, "steps_done", where(key), 0, kMaxInt);
+  constexpr int64_t kMaxParams = int64_t{1} << 53;
+  if (doc.contains("ranges")) {
+    for (const auto& r : array_field(doc, "ranges", key)) {
+      if (!r.is_array() || r.size() != 3) {
+        throw ConfigError(fmt::format("{}: a range is [layer, begin, end], not {}", where(key),
+                                      r.dump()));
+      }
+      const int layer = static_cast<int>(element(r[0], key, "layer", 0, kMaxInt));
+      const int64_t begin = element(r[1], key, "range begin", 0, kMaxParams);
+      const int64_t end = element(r[2], key, "range end", begin, kMaxParams);
+      s.ranges[layer] = {begin, end};
+    }
+  } else {
+    std::vector<int> layers;
+    for (const auto& l : array_field(doc, "layers", key)) {
+      layers.push_back(static_cast<int>(element(l, key, "layer", 0, kMaxInt)));
+    }
+    s.layers = std::move(layers);
+  }
+  return s;
+}
+
+std::vector<DoneEntry> decode_done(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  std::vector<DoneEntry> out;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    DoneEntry e;
+    e.part = it.key();
+    if (!it.value().is_array() || it.value().empty() || !it.value()[0].is_string()) {
+      throw ConfigError(fmt::format("{}: the checksums of '{}' are not a list of strings",
+                                    where(key), e.part));
+    }
+    e.checksums = it.value().dump();
+    e.first = it.value()[0].get<std::string>();
+    const bool whole = e.part.find('/') == std::string::npos;
+    if (whole) {
+      const bool digits = !e.part.empty() && e.part.size() <= 9 &&
+                          std::all_of(e.part.begin(), e.part.end(),
+                                      [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits) {
+        throw ConfigError(fmt::format("{}: '{}' is not a layer number", where(key), e.part));
+      }
+      e.layer = std::stoi(e.part);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+runtime::StepReport decode_step_report(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  try {
+    return runtime::StepReport::from_json(doc);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", where(key), e.what()));
+  }
+}
+
+Registration decode_registration(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  Registration r;
+  r.name = string_or_empty(doc, "name", key);
+  if (doc.contains("host")) r.host = json::get_string(doc, "host", where(key));
+  r.proof = string_or_empty(doc, "proof", key);
+  if (doc.contains("devices")) r.devices = int_field(doc, "devices", key, 0, 1 << 16);
+  if (doc.contains("launch_ms")) {
+    r.launch_ms = std::clamp(json::get_number(doc, "launch_ms", where(key)), 0.0, 600000.0);
+  }
+  if (doc.contains("data")) {
+    const Json& data = doc.at("data");
+    if (!data.is_object()) {
+      throw ConfigError(fmt::format("{}: field 'data' must be an object", where(key)));
+    }
+    r.data_path = string_or_empty(data, "path", key);
+    r.data_digest = string_or_empty(data, "digest", key);
+    r.data_error = string_or_empty(data, "error", key);
+  }
+  return r;
+}
+
+}  // namespace bw::elastic

@@ -1,0 +1,78 @@
+// The store messages agents and workers send and the coordinator reads (keys.h names the keys),
+// decoded in one place. Each decoder takes the raw value and the key it came from, checks every
+// field's presence, type and range, and throws ConfigError naming the key and the field when the
+// message is not one (a peer of another build, or not a peer at all): never a JSON library
+// exception, an out-of-range conversion or a crash. Pure (no LibTorch, no store): the fuzz target
+// feeds them arbitrary bytes (fuzz/store_messages_fuzz.cc).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/step_report.h"
+
+namespace bw::elastic {
+
+// keys::node_exit (agent): which worker of the node exited, with what status.
+struct ExitReport {
+  int worker = 0;
+  int status = 0;
+  int incarnation = 0;
+};
+ExitReport decode_exit_report(const std::string& text, const std::string& key);
+
+// keys::worker_error (worker): the message of the error it stopped on; config_error when it was
+// bad input (the run then exits 2).
+struct WorkerError {
+  bool config_error = false;
+  std::string message;
+};
+WorkerError decode_worker_error(const std::string& text, const std::string& key);
+
+// keys::joined (worker): how long re-grouping and the state transfer took when it joined.
+struct Joined {
+  double regroup_ms = 0, transfer_ms = 0;
+  int64_t transfer_bytes = 0;
+};
+Joined decode_joined(const std::string& text, const std::string& key);
+
+// keys::stopped (worker): the steps it applied and the parameters it holds when it left a
+// generation: per layer [begin, end) of its flat parameters ("ranges"), or, from an older worker,
+// whole layers ("layers").
+struct Stopped {
+  int64_t steps_done = 0;
+  std::map<int, std::pair<int64_t, int64_t>> ranges;
+  std::optional<std::vector<int>> layers;  // set when the message has no "ranges"
+};
+Stopped decode_stopped(const std::string& text, const std::string& key);
+
+// keys::done (worker): the checksums of every layer (key "{layer}") or segment
+// ("{layer}/{begin}-{end}") it holds, compared across replicas as their JSON text.
+struct DoneEntry {
+  std::string part;       // "3" or "3/0-1024"
+  std::string checksums;  // the JSON array as sent
+  std::optional<int> layer;              // for a whole layer
+  std::string first;                     // its first checksum (the parameters')
+};
+std::vector<DoneEntry> decode_done(const std::string& text, const std::string& key);
+
+// keys::ready (worker): its step report (runtime/step_report.h).
+runtime::StepReport decode_step_report(const std::string& text, const std::string& key);
+
+// keys::registration (a remote agent, before it is known): absent fields are empty (the
+// coordinator refuses the agent, naming what is missing); wrong types are a ConfigError.
+struct Registration {
+  std::string name, host = "?", proof;
+  int devices = 0;
+  double launch_ms = 0;
+  std::string data_path, data_digest, data_error;  // its corpus (agent.cc, corpus_report)
+};
+Registration decode_registration(const std::string& text, const std::string& key);
+
+}  // namespace bw::elastic
