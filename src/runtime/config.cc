@@ -31,8 +31,6 @@ constexpr Kind kind_of() {
     return Kind::kFloat;
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     return Kind::kIntList;
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return Kind::kBool;
   } else {
     static_assert(std::is_integral_v<T>);
     return Kind::kInt;
@@ -287,9 +285,6 @@ Value from_toml(const toml::node& node, Kind kind, const std::string& name,
         if (ok) return out;
       }
       break;
-    case Kind::kBool:
-      if (auto v = node.value_exact<bool>()) return *v;
-      break;
   }
   wrong_type(source, name, kind, describe(node));
 }
@@ -388,10 +383,6 @@ Value from_text(const std::string& raw, Kind kind, const std::string& name,
       if (ok) return out;
       break;
     }
-    case Kind::kBool:
-      if (text == "true") return true;
-      if (text == "false") return false;
-      break;
   }
   wrong_type(source, name, kind, fmt::format("\"{}\"", raw));
 }
