@@ -54,7 +54,8 @@ void run_export(const ExportArgs& a) {
   }();
   runtime::HfWeights weights;
   for (int l = 0; l < model::num_layers(model); ++l) {
-    for (const auto& [name, p] : model::build_layer(model, l, 0)->parameter_list()) {
+    const auto layer = model::build_layer(model, l, 0);  // alive while its list is read
+    for (const auto& [name, p] : layer->parameter_list()) {
       const auto key = runtime::checkpoint_tensor_name(l, name);
       auto it = ckpt.weights.find(key);
       if (it == ckpt.weights.end()) {

@@ -299,7 +299,7 @@ std::vector<Case> simulate_cases() {
       {"sim_policy_twice", with({"--failure-every", "10m", "--policy", "restart,breakwater,restart"}),
        2, "--policy names 'restart' twice"},
       {"sim_schedules_twice",
-       with({"--failure-every", "10m", "--throughput", "planner", "--schedules", "1f1b,1f1b"}), 2,
+       with({"--failure-every", "10m", "--schedules", "1f1b,1f1b"}), 2,
        "--schedules names '1f1b' twice"},
       // A count of 0 that would read as "not given" is refused when given.
       {"sim_burst_size_zero", with({"--failure-every", "10m", "--burst-size", "0"}), 2,

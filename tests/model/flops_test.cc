@@ -14,7 +14,8 @@ TEST_P(FlopsBySize, SixNPlusTheAttentionTermFromTheBuiltLayers) {
   auto c = named_config(GetParam(), 512);
   double n = 0;
   for (int l = 1; l < num_layers(c); ++l) {  // not the embedding tables (looked up, no matmul)
-    for (const auto& [name, p] : build_layer(c, l, 1)->parameter_list()) n += p.numel();
+    const auto layer = build_layer(c, l, 1);  // alive while its list is read
+    for (const auto& [name, p] : layer->parameter_list()) n += p.numel();
   }
   const double want = 6 * n + 12.0 * c.n_blocks * c.d_model * c.seq_len;
   EXPECT_DOUBLE_EQ(flops_per_token(c), want);
