@@ -38,6 +38,7 @@
 #include "elastic/token.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
+#include "runtime/device.h"
 #include "runtime/hf.h"
 #include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
@@ -252,14 +253,14 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));
   }
-  if (config.cluster.device != "cpu") {
-    throw ConfigError(fmt::format(
-        "cluster.device = '{}' is not available in this build (CPU with gloo only); use "
-        "cluster.device = \"cpu\"",
-        config.cluster.device));
-  }
+  // Devices: every mistake is an error here, before any worker starts (runtime/device.h). A
+  // multi-host coordinator sees no GPU of the hosts: their agents and workers check there.
   const int world = options.devices > 0 ? options.devices
                                         : config.cluster.nodes * config.cluster.devices_per_node;
+  if (!remote) {  // every worker of a local run is on this host
+    runtime::check_devices(config.cluster, world, runtime::visible_gpus(),
+                           runtime::built_with_cuda());
+  }
   if (remote && (options.devices > 0 || world < 2)) {
     throw ConfigError(
         fmt::format("a multi-host run needs at least 2 devices in all ({} node(s) of {}); raise "
@@ -348,15 +349,21 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   summary.first_step = first_step;
   // Model FLOPs and the devices' peak (model/flops.h): a CPU's peak is measured here, before
   // the workers start, on as many threads as one worker computes with.
-  const auto precision = model::parse_precision(config.train.precision);
+  const auto precision = runtime::run_precision(config.train, config.cluster);
   summary.precision = model::precision_name(precision);
   summary.flops_per_token = model::flops_per_token(model);
-  if (precision == model::Precision::kBf16 && !model::cpu_has_native_bf16()) {
+  if (config.cluster.device == "cpu" && precision == model::Precision::kBf16 &&
+      !model::cpu_has_native_bf16()) {
     summary.notes.push_back(
         "train.precision = \"bf16\" on a CPU without AVX512-BF16 or AMX-BF16: bf16 matmuls are "
         "emulated (slow path, slower than fp32); use fp32 on this machine for speed");
   }
-  {
+  if (config.cluster.device == "cuda" && !remote) {
+    const auto peak = model::peak_from_table(runtime::gpu_name(runtime::gpu_of(config.cluster, 0)),
+                                             precision);
+    summary.peak_flops_per_device = peak.flops_per_s;
+    summary.peak_source = peak.source;
+  } else {
     const auto peak = model::measure_cpu_peak(precision, config.train.threads_per_worker);
     summary.peak_flops_per_device = peak.flops_per_s;
     summary.peak_source = peak.source;
@@ -421,7 +428,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   torch::set_num_threads(std::max(1, config.train.threads_per_worker));
   StopSignals stop_signals;
   if (world == 1) {
-    runtime::ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed));
+    const auto placement = runtime::worker_placement(config.train, config.cluster, 0);
+    if (placement.cuda()) runtime::use_device(placement.device);
+    runtime::ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed),
+                              placement);
     state.keep_only(run.layout.layers_of(0));
     state.steps_done = first_step;
     state.steps_skipped = skips.total;

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "plan/planner.h"
+#include "runtime/device.h"
 #include "plan/profile.h"
 #include "plan/schedule_aware.h"
 #include "schedule/generate.h"
@@ -432,7 +433,7 @@ void check_memory(const runtime::RunLayout& layout, const model::GptConfig& mode
       for (int d = 0; d < layout.pipelines[pi].num_devices; ++d) {
         const double need =
             estimate_device_bytes(layout, model, pi, d, config.pipeline.recompute == "full",
-                                  model::parse_precision(config.train.precision));
+                                  runtime::run_precision(config.train, config.cluster));
         if (need > limit) {
           const int r = layout.pipelines[pi].stage_first_rank(d);
           throw ConfigError(fmt::format(

@@ -20,6 +20,7 @@
 #include "runtime/checkpointing.h"
 #include "runtime/comm.h"
 #include "runtime/config.h"
+#include "runtime/device.h"
 #include "runtime/layout.h"
 #include "runtime/log.h"
 #include "runtime/model_state.h"
@@ -187,6 +188,7 @@ struct Context {
   c10::intrusive_ptr<c10d::TCPStore> store;
   std::unique_ptr<Injector> injector;
   std::unique_ptr<runtime::ModelState> state;
+  model::Placement placement;  // this worker's device and dtypes (runtime/device.h)
   milliseconds timeout{120000};
   int step = 0;           // the step in flight, for fault injection
   bool via_store = true;  // keys::checkpoint_io(): checkpoints and resume through the store
@@ -269,8 +271,8 @@ void run_generation(Context& cx, int g) {
                                        cx.config.model.seq_len, cx.config.model.init_from,
                                        layout.vocab_size);
     if (cx.config.model.tie_embeddings) model.tie_embeddings = true;
-    cx.state = std::make_unique<runtime::ModelState>(cx.config.train, model,
-                                                     static_cast<uint64_t>(cx.config.model.seed));
+    cx.state = std::make_unique<runtime::ModelState>(
+        cx.config.train, model, static_cast<uint64_t>(cx.config.model.seed), cx.placement);
     cx.state->steps_done = first_step;
     // Generation 0's layers exist from the start, so a failure while the generation forms
     // still finds a replica of each (and a later generation loads train.resume into them).
@@ -305,6 +307,7 @@ void run_generation(Context& cx, int g) {
     transport_options.timeout = cx.timeout;
     transport_options.hostname = cx.args.gloo_host;
     transport_options.abort = signal;
+    transport_options.gpu = cx.placement.cuda() ? cx.placement.device.index() : -1;
     runtime::TransportFactory factory = [&](const std::string& prefix, int r, int size) {
       return runtime::make_transport(transport_options, group_store, prefix, r, size);
     };
@@ -446,6 +449,16 @@ int run_worker_process(const WorkerArgs& args) {
     cx.store->setTimeout(cx.timeout);
     const auto period = milliseconds(std::clamp<int64_t>(
         static_cast<int64_t>(cx.config.elastic.heartbeat_timeout_s * 1000.0 / 4), 50, 1000));
+    // The device, checked again here: a host of a multi-host run is only seen by its workers.
+    // The worker's slot on its host: its local device where each node is a host, its id where
+    // one host runs them all.
+    const int per_host =
+        std::stoi(await(*cx.store, keys::workers_per_host(), "the workers per host"));
+    runtime::check_devices(cx.config.cluster, per_host, runtime::visible_gpus(),
+                           runtime::built_with_cuda());
+    cx.placement =
+        runtime::worker_placement(cx.config.train, cx.config.cluster, args.worker % per_host);
+    if (cx.placement.cuda()) runtime::use_device(cx.placement.device);
     cx.injector = std::make_unique<Injector>(parse_faults(cx.config.elastic.inject), args.node,
                                              args.device, cx.store);
     cx.injector->at(0, "startup");  // a worker that hangs or dies before its first heartbeat
@@ -456,8 +469,7 @@ int run_worker_process(const WorkerArgs& args) {
     torch::set_num_threads(std::max(1, cx.config.train.threads_per_worker));
     runtime::set_collective_spin(std::chrono::microseconds(runtime::resolve_collective_spin_us(
         cx.config.train.spin_wait_us,
-        std::stoi(await(*cx.store, keys::workers_per_host(), "the workers per host")),
-        std::max(1, cx.config.train.threads_per_worker),
+        per_host, std::max(1, cx.config.train.threads_per_worker),
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))));
     set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
     int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),

@@ -10,8 +10,11 @@
 
 namespace bw::model {
 
-Placement Placement::cpu(Precision precision) {
+Placement Placement::cpu(Precision precision) { return on(torch::kCPU, precision); }
+
+Placement Placement::on(torch::Device device, Precision precision) {
   Placement p;
+  p.device = device;
   p.precision = precision;
   p.compute_dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
   return p;

@@ -39,6 +39,9 @@ struct Placement {
   torch::ScalarType master_dtype = torch::kFloat;   // master weights, AdamW moments, the wire
 
   static Placement cpu(Precision precision = Precision::kFp32);
+  // On `device` (cpu or cuda:i): the same dtypes as on the CPU for each precision.
+  static Placement on(torch::Device device, Precision precision);
+  bool cuda() const { return device.is_cuda(); }
   bool mixed() const { return compute_dtype != param_dtype; }
   torch::TensorOptions master() const { return torch::TensorOptions(device).dtype(master_dtype); }
   torch::TensorOptions params() const { return torch::TensorOptions(device).dtype(param_dtype); }

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "runtime/gloo_backend.h"
+#include "runtime/nccl_transport.h"
 
 namespace bw::runtime {
 
@@ -49,10 +50,14 @@ constexpr auto kSlice = std::chrono::milliseconds(10);
 class GlooRequest final : public Request {
  public:
   // `p2p`: a send or receive, which c10d can abort; else a collective, waited in slices.
+  // `deliver`: where a receive staged through host memory goes once it completes (a CUDA
+  // tensor; Gloo moves host bytes only), or undefined.
   GlooRequest(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor, std::string what,
-              std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort, bool p2p)
+              std::chrono::milliseconds timeout, std::shared_ptr<AbortSignal> abort, bool p2p,
+              torch::Tensor deliver = {})
       : work_(std::move(work)),
         tensor_(std::move(tensor)),
+        deliver_(std::move(deliver)),
         what_(std::move(what)),
         timeout_(timeout),
         abort_(std::move(abort)),
@@ -83,6 +88,7 @@ class GlooRequest final : public Request {
     }
     if (abort_ && p2p_) abort_->remove(work_);
     work_.reset();
+    if (deliver_.defined()) deliver_.copy_(tensor_);
   }
 
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -120,6 +126,7 @@ class GlooRequest final : public Request {
 
   c10::intrusive_ptr<c10d::Work> work_;
   torch::Tensor tensor_;  // keeps the buffer alive until the transfer completes
+  torch::Tensor deliver_;
   std::string what_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<AbortSignal> abort_;
@@ -138,7 +145,10 @@ class GlooTransport final : public Transport {
   int rank() const override { return group_->getRank(); }
   int size() const override { return group_->getSize(); }
 
-  std::unique_ptr<Request> isend(const torch::Tensor& tensor, int dst, int tag) override {
+  // Gloo reads and writes host memory: a CUDA tensor travels through a host copy (sends copy
+  // first; receives land in host memory and are copied to the device when waited).
+  std::unique_ptr<Request> isend(const torch::Tensor& device_tensor, int dst, int tag) override {
+    const torch::Tensor tensor = host(device_tensor);
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("send to rank {} of group {} (tag {})", dst, name_, tag);
     try {
@@ -150,19 +160,25 @@ class GlooTransport final : public Transport {
     }
   }
 
-  std::unique_ptr<Request> irecv(const torch::Tensor& tensor, int src, int tag) override {
+  std::unique_ptr<Request> irecv(const torch::Tensor& device_tensor, int src, int tag) override {
+    const bool staged = !device_tensor.device().is_cpu();
+    const torch::Tensor tensor =
+        staged ? torch::empty_like(device_tensor, device_tensor.options().device(torch::kCPU))
+               : device_tensor;
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("receive from rank {} of group {} (tag {})", src, name_, tag);
     try {
       if (abort_ && abort_->aborted()) throw_aborted(what);
       return std::make_unique<GlooRequest>(group_->recv(ts, src, tag), tensor, what, timeout_,
-                                           abort_, true);
+                                           abort_, true,
+                                           staged ? device_tensor : torch::Tensor());
     } catch (const std::exception& e) {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
   }
 
-  void allreduce_sum(const torch::Tensor& tensor) override {
+  void allreduce_sum(const torch::Tensor& device_tensor) override {
+    const torch::Tensor tensor = host(device_tensor);
     std::vector<at::Tensor> ts{tensor};
     auto what = fmt::format("all-reduce of {} values on group {}", tensor.numel(), name_);
     c10::intrusive_ptr<c10d::Work> work;
@@ -173,9 +189,12 @@ class GlooTransport final : public Transport {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
     GlooRequest(std::move(work), tensor, what, timeout_, abort_, false).wait();
+    if (!device_tensor.is_same(tensor)) device_tensor.copy_(tensor);
   }
 
-  void allgather(const torch::Tensor& input, const torch::Tensor& output) override {
+  void allgather(const torch::Tensor& device_input, const torch::Tensor& device_output) override {
+    const torch::Tensor input = host(device_input);
+    const torch::Tensor output = host(device_output);
     const int64_t k = input.numel();
     BW_CHECK(output.numel() == k * size(), "all-gather of {} values into {} for {} ranks", k,
              output.numel(), size());
@@ -191,9 +210,14 @@ class GlooTransport final : public Transport {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
     GlooRequest(std::move(work), input, what, timeout_, abort_, false).wait();
+    if (!device_output.is_same(output)) device_output.copy_(output);
   }
 
  private:
+  static torch::Tensor host(const torch::Tensor& t) {
+    return t.device().is_cpu() ? t : t.to(torch::kCPU);
+  }
+
   c10::intrusive_ptr<c10d::Backend> group_;
   std::string name_;
   std::chrono::milliseconds timeout_;
@@ -225,6 +249,25 @@ void AbortSignal::abort() {
     }
   }
   pending_.clear();
+  for (auto& fn : hooks_) {
+    try {
+      fn();
+    } catch (...) {
+      // A group that cannot abort is left to its waits' deadlines.
+    }
+  }
+}
+
+void AbortSignal::on_abort(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    try {
+      fn();
+    } catch (...) {
+    }
+    return;
+  }
+  hooks_.push_back(std::move(fn));
 }
 
 void AbortSignal::add(const c10::intrusive_ptr<c10d::Work>& work) {
@@ -264,11 +307,15 @@ std::unique_ptr<Transport> make_transport(const TransportOptions& options,
       return make_gloo_transport(store, prefix, rank, size, options.timeout, options.hostname,
                                  options.abort);
     case BackendKind::kNccl:
+#ifdef BW_CUDA
+      return make_nccl_transport(store, prefix, rank, size, options);
+#else
       break;
+#endif
   }
   throw ConfigError(
-      "cluster.backend = \"nccl\" is not available in this version (it needs CUDA devices); "
-      "use cluster.backend = \"gloo\"");
+      "cluster.backend = \"nccl\" needs the CUDA variant of breakwater (BW_CUDA=1 "
+      "scripts/setup.sh, docs/build.md); use cluster.backend = \"gloo\"");
 }
 
 std::unique_ptr<Transport> make_gloo_transport(const c10::intrusive_ptr<c10d::Store>& store,

@@ -47,11 +47,15 @@ class AbortSignal {
   // Pending point-to-point work to abort; removed once waited.
   void add(const c10::intrusive_ptr<c10d::Work>& work);
   void remove(const c10::intrusive_ptr<c10d::Work>& work);
+  // Runs `fn` on abort (at once when already aborted): an NCCL group's abort(), which releases
+  // kernels blocked on a dead peer (ncclCommAbort). Kept until the signal is destroyed.
+  void on_abort(std::function<void()> fn);
 
  private:
   std::atomic<bool> aborted_{false};
   std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
+  std::vector<std::function<void()>> hooks_;
 };
 
 class Request {
@@ -94,11 +98,13 @@ struct TransportOptions {
   std::chrono::milliseconds timeout{120000};
   std::string hostname = "127.0.0.1";  // the address the group's connections use
   std::shared_ptr<AbortSignal> abort;  // may be null
+  int gpu = -1;                        // the CUDA device of an NCCL group (runtime/device.h)
 };
 
 // The one place a transport is made: a group of `size` ranks on the keys of `store` under
-// `prefix`, over options.backend. ConfigError for a backend this build cannot make (NCCL needs
-// the CUDA variant and the GPU work of docs/runtime.md "Device and backend").
+// `prefix`, over options.backend. Either backend takes tensors on any device: Gloo stages CUDA
+// tensors through host memory, NCCL host tensors through options.gpu. ConfigError for NCCL in a
+// build without CUDA (docs/runtime.md "Device and backend").
 std::unique_ptr<Transport> make_transport(const TransportOptions& options,
                                           const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::string& prefix, int rank, int size);

@@ -106,6 +106,9 @@ std::vector<Section> build_schema() {
         make("devices_per_node", &R::cluster, &ClusterConfig::devices_per_node,
              "worker processes per node"),
         make("device", &R::cluster, &ClusterConfig::device, "\"cpu\" or \"cuda\""),
+        make("gpus", &R::cluster, &ClusterConfig::gpus,
+             "GPU index of each local worker, e.g. [0, 0, 1, 1] (sharing needs gloo); [] = "
+             "worker i on GPU i"),
         make("backend", &R::cluster, &ClusterConfig::backend,
              "c10d backend: \"gloo\" (cpu or cuda) or \"nccl\" (cuda)"),
         make("memory_gb", &R::cluster, &ClusterConfig::memory_gb,
@@ -179,8 +182,9 @@ std::vector<Section> build_schema() {
         make("skip_limit", &R::train, &TrainConfig::skip_limit,
              "with nonfinite = \"skip\": steps skipped in a row before the run stops"),
         make("precision", &R::train, &TrainConfig::precision,
-             "\"fp32\", or \"bf16\" mixed precision (bf16 matmuls and activations, fp32 "
-             "master weights, optimizer state, loss and gradients)"),
+             "\"auto\" (bf16 on cuda, fp32 on cpu), \"fp32\", or \"bf16\" mixed precision (bf16 "
+             "matmuls and activations, fp32 master weights, optimizer state, loss and "
+             "gradients)"),
         make("tensorboard", &R::train, &TrainConfig::tensorboard,
              "write TensorBoard event files (scalars per step, events as text) to out_dir/tb")}},
   };

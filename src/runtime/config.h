@@ -34,6 +34,7 @@ struct ClusterConfig {
   int nodes = 4;
   int devices_per_node = 1;
   std::string device = "cpu";    // "cpu" | "cuda"
+  std::vector<int> gpus;         // GPU of each local worker; [] = local rank i on GPU i
   std::string backend = "gloo";  // "gloo" | "nccl" (nccl needs cuda)
   double memory_gb = 0.0;        // per device; 0 = no limit
   bool operator==(const ClusterConfig&) const = default;
@@ -90,7 +91,7 @@ struct TrainConfig {
   int skip_limit = 5;
   // "fp32", or "bf16": autocast matmuls and attention, bf16 activations between layers and
   // stages, fp32 master weights, moments, loss and gradients (model/placement.h).
-  std::string precision = "fp32";
+  std::string precision = "auto";  // "auto" (bf16 on cuda, fp32 on cpu) | "fp32" | "bf16"
   // TensorBoard event files in out_dir/tb (elastic/metrics_sink.h).
   bool tensorboard = false;
   bool operator==(const TrainConfig&) const = default;

@@ -113,6 +113,9 @@ void validate(const RunConfig& c) {
                     "\"cuda\" (got \"{}\"); use backend \"gloo\" on the CPU",
                     c.cluster.device));
   }
+  for (size_t i = 0; i < c.cluster.gpus.size(); ++i) {
+    in_range(c.cluster.gpus[i], 0, kMaxDevicesPerNode - 1, fmt::format("cluster.gpus[{}]", i));
+  }
   finite_at_least(c.cluster.memory_gb, 0.0, "cluster.memory_gb");
 
   require(!c.pipeline.schedule.empty(), "pipeline.schedule", "a schedule name", "\"\"");
@@ -247,8 +250,8 @@ void validate(const RunConfig& c) {
   require(t.nonfinite == "stop" || t.nonfinite == "skip", "train.nonfinite", "\"stop\" or \"skip\"",
           "\"" + t.nonfinite + "\"");
   in_range(t.skip_limit, 1, kMaxSkipLimit, "train.skip_limit");
-  require(t.precision == "fp32" || t.precision == "bf16", "train.precision",
-          "\"fp32\" or \"bf16\"", "\"" + t.precision + "\"");
+  require(t.precision == "auto" || t.precision == "fp32" || t.precision == "bf16",
+          "train.precision", "\"auto\", \"fp32\" or \"bf16\"", "\"" + t.precision + "\"");
 }
 
 void validate_devices(const RunConfig& c, int64_t devices) {

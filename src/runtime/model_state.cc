@@ -5,13 +5,14 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/device.h"
 #include "runtime/hf.h"
 
 namespace bw::runtime {
 
 uint64_t fnv1a(const std::vector<torch::Tensor>& tensors, uint64_t h) {
   for (const auto& t : tensors) {
-    auto c = t.detach().contiguous();
+    auto c = t.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const uint8_t*>(c.data_ptr());
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   }
@@ -19,10 +20,12 @@ uint64_t fnv1a(const std::vector<torch::Tensor>& tensors, uint64_t h) {
 }
 
 ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed)
-    : train_(train),
-      model_(std::move(model)),
-      seed_(seed),
-      placement_(model::Placement::cpu(model::parse_precision(train.precision))) {
+    : ModelState(train, std::move(model), seed,
+                 model::Placement::cpu(run_precision(train, ClusterConfig{}))) {}
+
+ModelState::ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed,
+                       model::Placement placement)
+    : train_(train), model_(std::move(model)), seed_(seed), placement_(placement) {
   for (const auto& tie : model::tied_groups(model_)) {
     for (size_t i = 1; i < tie.members.size(); ++i) {
       tied_copies_.insert(checkpoint_tensor_name(tie.members[i].layer, tie.members[i].name));
@@ -126,7 +129,10 @@ void ModelState::add_initial(int layer) {
   if (holds(layer) || holds_shard(layer)) return;
   BW_CHECK(layer >= 0 && layer < model::num_layers(model_), "layer {} out of range", layer);
   invalidate();
-  layers_[layer] = initial_layer(model_, layer, seed_);
+  // Built on the CPU from (seed, layer), so every device starts from the same bytes, then moved.
+  auto built = initial_layer(model_, layer, seed_);
+  if (!placement_.device.is_cpu()) built->to(placement_.device);
+  layers_[layer] = std::move(built);
 }
 
 void ModelState::add_initial_shard(int layer, int64_t begin, int64_t end) {

@@ -73,7 +73,12 @@ struct Shard {
 
 class ModelState {
  public:
+  // On the CPU, in train.precision ("auto" = fp32 there).
   ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed);
+  // On `placement` (runtime/device.h worker_placement): layers, moments and flat exports live on
+  // its device.
+  ModelState(const TrainConfig& train, model::GptConfig model, uint64_t seed,
+             model::Placement placement);
 
   const model::GptConfig& model() const { return model_; }
   // Device and dtypes of this worker (train.precision): master weights, moments and the flat

@@ -159,7 +159,12 @@ void StageShards::gather(int layer) {
     in.narrow(0, 0, slice.numel()).copy_(slice);
     group_->allgather(in, flat);
   }
-  if (n % w != 0) {
+  if (n % w != 0 && !flat.device().is_cpu()) {
+    for (int j = 1; j < w; ++j) {  // on a GPU: device copies (the ranges may overlap)
+      const auto [b, e] = split_range(n, w, j);
+      flat.narrow(0, b, e - b).copy_(flat.narrow(0, j * max, e - b).clone());
+    }
+  } else if (n % w != 0) {
     float* data = flat.data_ptr<float>();
     for (int j = 1; j < w; ++j) {
       const auto [b, e] = split_range(n, w, j);

@@ -129,9 +129,18 @@ PreparedStep Worker::prepare(int step) {
   const auto& pl = layout_.pipelines[pipeline_];
   const int64_t mbs = layout_.microbatch_size;
   const int64_t step_first = int64_t{step} * layout_.total_microbatches * mbs;
-  BatchFn batch = [&](int m) {
+  const torch::Device device = state_.placement().device;
+  BatchFn batch = [&, device](int m) {
     BW_CHECK(sampler_.has_value(), "rank {} has no data but its chunk needs a batch", rank_);
-    return sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
+    auto data =
+        sampler_->batch(step_first + (pl.first_microbatch + m) * mbs, static_cast<int>(mbs));
+    if (!device.is_cpu()) {
+      // From pinned host memory, copied asynchronously on the current stream (ordered before
+      // the forward that reads it).
+      data.first = data.first.pin_memory().to(device, /*non_blocking=*/true);
+      data.second = data.second.pin_memory().to(device, /*non_blocking=*/true);
+    }
+    return data;
   };
   zero_gradients(state_.layer_map());
   shards_->zero_gradients();

@@ -488,7 +488,7 @@ std::vector<Case> train_cases() {
       {"train_recompute_unknown", with({"--pipeline.recompute=selective"}), 2,
        "pipeline.recompute must be \"none\" or \"full\""},
       {"train_precision_unknown", with({"--train.precision=fp16"}), 2,
-       "train.precision must be \"fp32\" or \"bf16\""},
+       "train.precision must be \"auto\", \"fp32\" or \"bf16\""},
       {"train_spin_wait_negative", with({"--train.spin_wait_us=-2"}), 2, "train.spin_wait_us"},
       {"train_skip_limit_zero", with({"--train.skip_limit=0"}), 2, "train.skip_limit"},
       {"train_skip_limit_huge", with({"--train.skip_limit=2000000000"}), 2, "train.skip_limit"},

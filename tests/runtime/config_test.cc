@@ -191,7 +191,7 @@ TEST(RunConfig, ToTomlRoundTrips) {
   grid[2].data.path = "dir with \"quotes\"\\ and\ttab\nline";
   grid[2].model.seed = -5;
   grid[2].data.seed = 9007199254740993;
-  grid[3].cluster = {16, 8, "cuda", "nccl", 80.0};
+  grid[3].cluster = {16, 8, "cuda", {1, 0, 2, 3, 4, 5, 6, 7}, "nccl", 80.0};
   grid[3].elastic = {29500, 2.5, 1e3};
   grid[4].train = {1, 1.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 4, 7, "o", 5, "r/ckpt.json", 3, 0};
   grid[4].train.precision = "bf16";
