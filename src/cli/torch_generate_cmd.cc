@@ -39,6 +39,7 @@ constexpr int kMaxTokens = 1 << 20;
 struct GenerateArgs {
   std::string checkpoint;
   std::string tokenizer;
+  bool tokenizer_given = false;  // --tokenizer '' means none, not the default
   std::string prompt;
   int max_tokens = 100;
   double temperature = 0.8;
@@ -186,7 +187,7 @@ void run_generate(const GenerateArgs& a) {
   auto& config = src.config;
 
   std::optional<tokenizer::Tokenizer> tok;
-  const std::string tok_path = a.tokenizer.empty() ? src.tokenizer : a.tokenizer;
+  const std::string tok_path = a.tokenizer_given ? a.tokenizer : src.tokenizer;
   if (!tok_path.empty()) {
     if (!fs::is_regular_file(tok_path, ec)) {
       throw ConfigError(fmt::format("generate --tokenizer '{}' is not a file", tok_path));
@@ -277,10 +278,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint,
                   "checkpoint directory or checkpoint.json, or a Hugging Face model folder")
       ->required();
-  cmd->add_option("--tokenizer", args->tokenizer,
-                  "tokenizer.json (default: the checkpoint's or folder's, else the run's data "
-                  "tokenizer); without one the prompt and output are token ids (bytes for a "
-                  "byte-level model)");
+  CLI::Option* tok = cmd->add_option(
+      "--tokenizer", args->tokenizer,
+      "tokenizer.json (default: the checkpoint's or folder's, else the run's data tokenizer; "
+      "'' = none); without one the prompt and output are token ids (bytes for a byte-level "
+      "model)");
   cmd->add_option("--prompt", args->prompt, "text to continue (token ids without a tokenizer)");
   cmd->add_option("--max-tokens", args->max_tokens,
                   "tokens to generate (fewer when the model's end-of-sequence token comes)")
@@ -290,7 +292,10 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", args->top_k, "sample from the k likeliest tokens; 0 = all")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
-  cmd->callback([args] { run_generate(*args); });
+  cmd->callback([args, tok] {
+    args->tokenizer_given = tok->count() > 0;
+    run_generate(*args);
+  });
 }
 
 const Registrar kRegistrar("generate", 61, add_generate);

@@ -694,7 +694,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       summary.sample = render_sample(ids, dataset.vocab_size());
     }
     // For programs: the ids and the text (tests decode the ids with the tokenizer's own code).
-    const nlohmann::json doc = {{"prompt", {prompt}},
+    const nlohmann::json doc = {{"prompt", nlohmann::json::array({prompt})},
                                 {"ids", ids},
                                 {"text", summary.sample},
                                 {"tokenizer", run_data.tokenizer_path}};
