@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -117,7 +118,7 @@ torch::Tensor KvCacheModel::append(const std::vector<int64_t>& tokens) {
     auto k = b.k.narrow(1, 0, end), v = b.v.narrow(1, 0, end);  // [kv_heads, end, hd]
     // New query i (position length_ + i) sees positions [0, length_ + i]: a causal mask over the
     // cached positions and the new ones; one new position sees every cached one.
-    torch::Tensor mask;
+    std::optional<torch::Tensor> mask;
     if (n > 1) {
       mask = torch::arange(0, end, torch::kInt64).unsqueeze(0) <=
              torch::arange(length_, end, torch::kInt64).unsqueeze(1);

@@ -116,8 +116,9 @@ TEST_P(GenerateHf, GreedyIdsEqualTransformersGenerate) {
   EXPECT_EQ(got, want) << "breakwater: " << r.out << "transformers: "
                        << read_text((dir / "want.txt").string());
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
-  // Varied ids, so that the equality means something.
-  EXPECT_GT(std::set<int64_t>(want.begin(), want.end()).size(), 3u);
+  // Varied ids, so that the equality means something (a random tied Llama repeats the prompt's
+  // last token greedily, whatever the scale: its logits are dominated by e_t . e_t).
+  if (c.name != "llama_tied") EXPECT_GT(std::set<int64_t>(want.begin(), want.end()).size(), 3u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GenerateHf,
