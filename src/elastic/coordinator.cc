@@ -43,6 +43,7 @@
 #include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
 #include "runtime/resume_check.h"
+#include "runtime/run_data.h"
 
 namespace bw::elastic {
 namespace fs = std::filesystem;
@@ -241,13 +242,9 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
   // Data and shapes first: a bad corpus is a clear error before any process starts.
   const std::string data_path =
       config.data.path.empty() ? data::default_corpus_path() : config.data.path;
-  auto dataset = data::TokenDataset::open(data_path);
-  const auto model = [&] {
-    auto m = model::resolve_config(config.model.family, config.model.name, config.model.seq_len,
-                                   config.model.init_from, dataset.vocab_size());
-    if (config.model.tie_embeddings) m.tie_embeddings = true;  // gpt: tied on request
-    return m;
-  }();
+  const auto run_data = runtime::open_run_data(config.data);
+  const auto& dataset = run_data.dataset;
+  const auto model = runtime::resolve_run_model(config, run_data);
   if (!model.init_from.empty()) runtime::hf_weights(model);  // a bad folder fails here, once
   {
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
@@ -693,12 +690,27 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       }
       layers.push_back(layer);
     }
-    const int64_t prompt = dataset.vocab_size() == data::kTextVocab ? '\n' : 50256;
+    // The token documents start with: the tokenizer's, '\n' for bytes, GPT-2's end of text.
+    int64_t prompt = dataset.vocab_size() == data::kTextVocab ? '\n' : 50256;
+    if (run_data.tokenizer) prompt = run_data.tokenizer->document_token().value_or(0);
     model::SampleOptions so;
     so.num_tokens = config.train.sample_tokens;
     so.seed = static_cast<uint64_t>(config.model.seed);
-    summary.sample =
-        render_sample(model::sample_tokens(layers, model, {prompt}, so), dataset.vocab_size());
+    const auto ids = model::sample_tokens(layers, model, {prompt}, so);
+    if (run_data.tokenizer) {
+      const std::vector<uint32_t> u(ids.begin(), ids.end());
+      summary.sample = run_data.tokenizer->decode(u);
+    } else {
+      summary.sample = render_sample(ids, dataset.vocab_size());
+    }
+    // For programs: the ids and the text (tests decode the ids with the tokenizer's own code).
+    const nlohmann::json doc = {{"prompt", nlohmann::json::array({prompt})},
+                                {"ids", ids},
+                                {"text", summary.sample},
+                                {"tokenizer", run_data.tokenizer_path}};
+    io::write_file((fs::path(config.train.out_dir) / "sample.json").string(),
+                   doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                   "the sample");
   }
   summary.total_s = std::chrono::duration<double>(SteadyClock::now() - t_start).count();
   return summary;

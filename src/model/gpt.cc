@@ -10,8 +10,41 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "model/hf_config.h"
+#include "model/ops.h"
 
 namespace bw::model {
+
+// Hugging Face's LlamaRMSNorm: in fp32, then back to the input's dtype, times the weight.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+// RoPE's inverse frequencies as Hugging Face computes them (modeling_rope_utils.py, default and
+// llama3), in fp32 with the same operations in the same order.
+torch::Tensor rope_inverse_frequencies(const GptConfig& c) {
+  const int64_t dim = c.d_model / c.n_heads;
+  auto exponent = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
+  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponent);
+  if (!c.rope.llama3) return inv_freq;
+  const double factor = c.rope.factor, low = c.rope.low_freq_factor, high = c.rope.high_freq_factor;
+  const double old_len = static_cast<double>(c.rope.original_max_positions);
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  auto smooth = (old_len / wavelen - low) / (high - low);
+  auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+// rotate_half: [x1, x2] -> [-x2, x1] over the last dimension.
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
 namespace {
 
 constexpr double kInitStd = 0.02;
@@ -102,37 +135,6 @@ class GptBlock final : public Layer {
   torch::Tensor ln2_w_, ln2_b_, fc_w_, fc_b_, fc2_w_, fc2_b_;
 };
 
-// Hugging Face's LlamaRMSNorm: in fp32, then back to the input's dtype, times the weight.
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto h = x.to(torch::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return weight * h.to(x.scalar_type());
-}
-
-// RoPE's inverse frequencies as Hugging Face computes them (modeling_rope_utils.py, default and
-// llama3), in fp32 with the same operations in the same order.
-torch::Tensor inverse_frequencies(const GptConfig& c) {
-  const int64_t dim = c.d_model / c.n_heads;
-  auto exponent = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
-  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponent);
-  if (!c.rope.llama3) return inv_freq;
-  const double factor = c.rope.factor, low = c.rope.low_freq_factor, high = c.rope.high_freq_factor;
-  const double old_len = static_cast<double>(c.rope.original_max_positions);
-  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
-  auto wavelen = 2 * M_PI / inv_freq;
-  auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
-  auto smooth = (old_len / wavelen - low) / (high - low);
-  auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
-  auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
-  return torch::where(medium, smoothed, scaled);
-}
-
-// rotate_half: [x1, x2] -> [-x2, x1] over the last dimension.
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return torch::cat({-halves[1], halves[0]}, -1);
-}
-
 // LlamaDecoderLayer: RMSNorm, attention with RoPE and GQA (no biases), RMSNorm, SwiGLU MLP.
 class LlamaBlock final : public Layer {
  public:
@@ -150,7 +152,7 @@ class LlamaBlock final : public Layer {
     down_w_ = add_parameter("mlp.proj.weight", normal(gen, {d, f}, kInitStd));
     // cos and sin of every position (Hugging Face's LlamaRotaryEmbedding), kept in fp32.
     auto freqs = torch::arange(c.seq_len, torch::kInt64).to(torch::kFloat).unsqueeze(1) *
-                 inverse_frequencies(c).unsqueeze(0);
+                 rope_inverse_frequencies(c).unsqueeze(0);
     auto emb = torch::cat({freqs, freqs}, -1);
     cos_ = emb.cos();
     sin_ = emb.sin();

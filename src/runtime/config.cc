@@ -100,7 +100,10 @@ std::vector<Section> build_schema() {
       {"data",
        {make("path", &R::data, &DataConfig::path,
              "text file, directory of text files or llm.c .bin tokens; \"\" = fortunes corpus"),
-        make("seed", &R::data, &DataConfig::seed, "seed of the global sample order")}},
+        make("seed", &R::data, &DataConfig::seed, "seed of the global sample order"),
+        make("tokenizer", &R::data, &DataConfig::tokenizer,
+             "tokenizer.json the data was prepared with (vocabulary, decoded sample); \"\" = "
+             "the one `data prepare` saved beside data.path's shards, if any")}},
       {"cluster",
        {make("nodes", &R::cluster, &ClusterConfig::nodes, "hosts (the unit of failure)"),
         make("devices_per_node", &R::cluster, &ClusterConfig::devices_per_node,

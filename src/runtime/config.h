@@ -27,6 +27,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string path;   // empty = the default corpus (data::default_corpus_path())
   int64_t seed = 42;  // sample order
+  std::string tokenizer;  // tokenizer.json of the data; empty = the one beside data.path, if any
   bool operator==(const DataConfig&) const = default;
 };
 

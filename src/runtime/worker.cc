@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "runtime/log.h"
+#include "runtime/run_data.h"
 
 namespace bw::runtime {
 namespace {
@@ -87,9 +88,8 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   // Only the ranks holding the first or the last chunk read data.
   const int last_chunk = pl.schedule.num_chunks - 1;
   if (pl.schedule.chunk_device[0] == device_ || pl.schedule.chunk_device[last_chunk] == device_) {
-    const std::string path =
-        config.data.path.empty() ? data::default_corpus_path() : config.data.path;
-    data::Sampler sampler(data::TokenDataset::open(path), model.seq_len,
+    // The tokenizer's vocabulary (when the data has one) bounds the ids, as in the coordinator.
+    data::Sampler sampler(open_run_data(config.data).dataset, model.seq_len,
                           static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(global_batch(config.pipeline));
     sampler_.emplace(std::move(sampler));

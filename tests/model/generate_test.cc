@@ -1,11 +1,13 @@
 // The KV-cache generator (model/generate.h) against recomputing the whole prefix with the
-// training layers: the logits of every position agree within 1e-5, greedy decoding gives the
-// same tokens (also across a context refill), and seeded sampling is reproducible.
+// training layers, for every family (gpt, gpt2, llama with GQA, tied and untied): the logits of
+// every position agree within 1e-5, greedy decoding gives the same tokens (also across context
+// refills past the window), and seeded sampling is reproducible.
 #include "model/generate.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -19,7 +21,7 @@ std::vector<std::shared_ptr<Layer>> build(const GptConfig& c, uint64_t seed) {
   torch::NoGradGuard no_grad;
   for (int l = 0; l < num_layers(c); ++l) {
     layers.push_back(build_layer(c, l, seed));
-    // Non-zero biases and LayerNorm parameters, so every parameter the cache path reads matters.
+    // Non-zero biases and norm parameters, so every parameter the cache path reads matters.
     for (const auto& [name, p] : layers.back()->parameter_list()) {
       if (name.find("bias") != std::string::npos || name.find("ln") != std::string::npos)
         p.add_(torch::randn(p.sizes()) * 0.1);
@@ -28,10 +30,21 @@ std::vector<std::shared_ptr<Layer>> build(const GptConfig& c, uint64_t seed) {
   return layers;
 }
 
-TEST(Generate, CachedLogitsEqualTheWholePrefixRecomputed) {
+struct Case {
+  const char* family;
+  const char* size;
+};
+
+GptConfig config_of(const Case& c, int vocab) {
+  return family_config(parse_family(c.family), c.size, vocab);
+}
+
+class Generate : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Generate, CachedLogitsEqualTheWholePrefixRecomputed) {
   at::set_num_threads(1);
   torch::manual_seed(3);
-  auto c = named_config("tiny", 300);
+  auto c = config_of(GetParam(), 300);
   auto layers = build(c, 11);
   KvCacheModel kv(c, layers);
   std::mt19937 rng(5);
@@ -47,6 +60,7 @@ TEST(Generate, CachedLogitsEqualTheWholePrefixRecomputed) {
   ASSERT_EQ(cached.sizes(), full.sizes());
   const double worst = (cached - full).abs().max().item<double>();
   EXPECT_LE(worst, 1e-5) << "max |cached - recomputed| logit";
+  EXPECT_GT(full.abs().max().item<double>(), 0.1) << "logits too small to tell anything apart";
   // Every position against its own prefix (the causal mask of a prefill is right too).
   for (int n : {1, 7, c.seq_len}) {
     auto prefix = kv.full_forward({tokens.begin(), tokens.begin() + n});
@@ -54,10 +68,10 @@ TEST(Generate, CachedLogitsEqualTheWholePrefixRecomputed) {
   }
 }
 
-TEST(Generate, GreedyTokensEqualRecomputingThePrefixAcrossARefill) {
+TEST_P(Generate, GreedyTokensEqualRecomputingThePrefixAcrossRefills) {
   at::set_num_threads(1);
   torch::manual_seed(4);
-  auto c = named_config("tiny", 64);
+  auto c = config_of(GetParam(), 64);
   auto layers = build(c, 12);
   KvCacheModel kv(c, layers);
   GenerateOptions o;
@@ -72,9 +86,9 @@ TEST(Generate, GreedyTokensEqualRecomputingThePrefixAcrossARefill) {
   EXPECT_EQ(streamed, cached);
 }
 
-TEST(Generate, SeededSamplingIsReproducibleAndMatchesRecompute) {
+TEST_P(Generate, SeededSamplingIsReproducibleAndMatchesRecompute) {
   at::set_num_threads(1);
-  auto c = named_config("tiny", 64);
+  auto c = config_of(GetParam(), 64);
   auto layers = build(c, 13);
   KvCacheModel kv(c, layers);
   GenerateOptions o;
@@ -94,6 +108,33 @@ TEST(Generate, SeededSamplingIsReproducibleAndMatchesRecompute) {
   o.seed = 10;
   EXPECT_NE(generate(kv, {5}, o), a);
 }
+
+TEST_P(Generate, StopsAfterTheStopToken) {
+  at::set_num_threads(1);
+  auto c = config_of(GetParam(), 64);
+  auto layers = build(c, 14);
+  KvCacheModel kv(c, layers);
+  GenerateOptions o;
+  o.temperature = 0;
+  o.max_tokens = 20;
+  auto all = generate(kv, {7}, o);
+  o.stop_token = all[3];
+  auto stopped = generate(kv, {7}, o);
+  const auto first = std::find(all.begin(), all.end(), all[3]) - all.begin();
+  EXPECT_EQ(stopped, std::vector<int64_t>(all.begin(), all.begin() + first + 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Generate,
+                         ::testing::Values(Case{"gpt", "tiny"}, Case{"gpt2", "tiny"},
+                                           Case{"llama", "tiny"}, Case{"llama", "tiny-tied"}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.family) + "_" +
+                                              info.param.size;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace bw::model

@@ -1,10 +1,17 @@
 """transformers as the oracle for breakwater's Hugging Face models (tests/runtime/hf_test.cc).
 
-  hf_oracle.py make DIR FAMILY TIED KV_HEADS SEED [VOCAB]  random model saved by save_pretrained, plus
+  hf_oracle.py make DIR FAMILY TIED KV_HEADS SEED [VOCAB] [POSITIONS] [SCALE]
+                                                    random model saved by save_pretrained, plus
                                                     DIR/oracle.safetensors: tokens, logits, loss
+                                                    (gpt2: POSITIONS learned positions, 12;
+                                                    matrices times SCALE, 1: larger weights give
+                                                    varied greedy output)
   hf_oracle.py run DIR TOKENS OUT                   AutoModelForCausalLM.from_pretrained(DIR):
                                                     logits of TOKENS' "tokens" into OUT; exit 3
                                                     on a missing or unexpected key
+  hf_oracle.py generate DIR IDS N OUT               greedy model.generate(do_sample=False) of N
+                                                    new tokens after the comma-separated IDS;
+                                                    the new ids, space-separated, into OUT
 Exit 77 when transformers is not importable (the test skips).
 """
 import sys
@@ -18,11 +25,11 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 
-def make(out, family, tied, kv, seed, vocab):
+def make(out, family, tied, kv, seed, vocab, positions, scale):
     torch.manual_seed(seed)
     seq = 12
     if family == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=32, n_layer=2,
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=32, n_layer=2,
                                       n_head=4, tie_word_embeddings=tied)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
@@ -39,6 +46,8 @@ def make(out, family, tied, kv, seed, vocab):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
+            elif scale != 1:
+                p.mul_(scale)
     model.eval()
     model.save_pretrained(out)
     tokens = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(seed))
@@ -68,9 +77,25 @@ def run(folder, tokens_file, out):
     save_file({"logits": logits.contiguous()}, out)
 
 
+def generate(folder, ids, n, out):
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+    model.eval()
+    prompt = torch.tensor([[int(t) for t in ids.split(",")]])
+    with torch.no_grad():
+        res = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                             do_sample=False, pad_token_id=0)
+    new = res[0, prompt.shape[1]:].tolist()
+    with open(out, "w") as f:
+        f.write(" ".join(str(t) for t in new) + "\n")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]), int(sys.argv[6]),
-             int(sys.argv[7]) if len(sys.argv) > 7 else 96)
+             int(sys.argv[7]) if len(sys.argv) > 7 else 96,
+             int(sys.argv[8]) if len(sys.argv) > 8 else 12,
+             float(sys.argv[9]) if len(sys.argv) > 9 else 1.0)
+    elif sys.argv[1] == "generate":
+        generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:
         run(sys.argv[2], sys.argv[3], sys.argv[4])
