@@ -17,7 +17,7 @@ out=${1:-${OUT:-$root/gpu-report}}
 mkdir -p "$out"
 report=$out/gpu_report.md
 python=${BW_PYTHON:-python3}
-deps=$root/.gpu-deps/root/usr
+deps=$root/.gpu-deps/sysroot/usr
 build=$root/build-gpu
 start=$SECONDS
 jobs=$(nproc)
@@ -61,7 +61,8 @@ run 30 "Machine" bash -c "nvidia-smi --query-gpu=name,memory.total,driver_versio
 
 # pkg-config, where the machine has one, would find that machine's own packages: the build takes
 # PCRE2 from .gpu-deps/ directly (src/tokenizer/CMakeLists.txt).
-export PKG_CONFIG_LIBDIR=/nonexistent
+mkdir -p "$build/no-pkg-config"
+export PKG_CONFIG_LIBDIR="$build/no-pkg-config"
 torch_lib=$("$python" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 generator=()

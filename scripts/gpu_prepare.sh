@@ -17,12 +17,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "${pkgs[*]}" ]; then
   exit 0
 fi
 rm -rf "$dest"
-mkdir -p "$dest/debs" "$dest/root"
+mkdir -p "$dest/debs" "$dest/sysroot"
 (cd "$dest/debs" && apt-get download "${pkgs[@]}" >/dev/null)
-for deb in "$dest"/debs/*.deb; do dpkg -x "$deb" "$dest/root"; done
-rm -rf "$dest/debs" "$dest/root/usr/share/doc" "$dest/root/usr/share/man" "$dest/root/usr/src"
+for deb in "$dest"/debs/*.deb; do dpkg -x "$deb" "$dest/sysroot"; done
+rm -rf "$dest/debs" "$dest/sysroot/usr/share/doc" "$dest/sysroot/usr/share/man" "$dest/sysroot/usr/src"
 # Static archives are not linked (the shared libraries are): leave them behind.
-find "$dest/root" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' \
+find "$dest/sysroot" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' \
   ! -name 'libbenchmark*.a' -delete
 printf '%s' "${pkgs[*]}" >"$stamp"
 echo "gpu_prepare: $(du -sh "$dest" | cut -f1) in $dest (${#pkgs[@]} packages)"
