@@ -12,7 +12,7 @@ pkgs=(nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libgt
       libgmock-dev libbenchmark-dev libbenchmark1debian libpcre2-dev libpcre2-8-0 libssl-dev
       libssl3)
 stamp=$dest/.packages
-if [ "$(cat "$stamp" 2>/dev/null)" = "${pkgs[*]}" ]; then
+if [ -d "$dest/sysroot/usr" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${pkgs[*]}" ]; then
   echo "gpu_prepare: $dest is up to date"
   exit 0
 fi
