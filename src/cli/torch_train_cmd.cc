@@ -126,7 +126,7 @@ void warn_if_costly(const runtime::RunConfig& config, const runtime::RunLayout& 
 
 void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   const int done = s.step + 1;
-  if (!tty && done % std::max(1, log_every) != 0 && done != s.steps) return;
+  if (!tty && done % std::max(1, log_every) != 0 && done != s.steps && !s.val_loss) return;
   const int width = 24;
   const int filled = static_cast<int>(double(done) / s.steps * width);
   std::string bar(filled, '#');
@@ -134,10 +134,12 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
   // A skipped step (not finite, train.nonfinite = "skip") says so and counts the skips.
   const std::string skipped =
       s.skipped ? fmt::format("  skipped (not finite; {} so far)", s.skipped_total) : "";
-  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  MFU {:.1f}%  ETA {}{}{}",
-             tty ? "\r" : "", bar, done, s.steps, s.loss, s.tokens_per_s, 100.0 * s.mfu,
+  // A validation loss (after this step's update) stays on screen: its line is not redrawn.
+  const std::string val = s.val_loss ? fmt::format("  val loss {:.4f}", *s.val_loss) : "";
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}{}  {:.0f} tok/s  MFU {:.1f}%  ETA {}{}{}",
+             tty ? "\r" : "", bar, done, s.steps, s.loss, val, s.tokens_per_s, 100.0 * s.mfu,
              duration(s.eta_s), skipped,
-             tty ? (done == s.steps || s.skipped ? "\n" : "") : "\n");
+             tty ? (done == s.steps || s.skipped || s.val_loss ? "\n" : "") : "\n");
   std::fflush(stderr);
 }
 
@@ -185,6 +187,10 @@ void print_summary(const elastic::RunSummary& s) {
   fmt::print("\n{:<28} {}\n", "steps",
              fmt::format("{} (from step {})", s.steps_done, s.first_step));
   fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
+  if (s.final_val_loss) {
+    fmt::print("{:<28} {:.4f} (after step {})\n", "validation loss", *s.final_val_loss,
+               s.final_val_step);
+  }
   if (!s.skipped_steps.empty()) {
     fmt::print("{:<28} {} (0-based steps {}; not finite, no update; samples consumed)\n",
                "skipped steps", s.skipped_steps.size(), fmt::join(s.skipped_steps, ", "));

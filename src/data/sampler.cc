@@ -46,10 +46,11 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch)
   return perm;
 }
 
-Sampler::Sampler(const TokenDataset& data, int seq_len, uint64_t seed)
+Sampler::Sampler(const TokenDataset& data, int seq_len, uint64_t seed, Order order)
     : data_(data),
       seq_len_(seq_len),
       seed_(seed),
+      order_(order),
       num_samples_(0),
       cache_(std::make_shared<Cache>()) {
   if (seq_len < 1) throw ConfigError(fmt::format("seq_len must be >= 1, got {}", seq_len));
@@ -86,6 +87,7 @@ std::shared_ptr<const std::vector<int64_t>> Sampler::permutation(int64_t epoch) 
 
 int64_t Sampler::window_of(int64_t i) const {
   BW_CHECK(i >= 0, "global sample index {} < 0", i);
+  if (order_ == Order::kSequential) return i % num_samples_;
   return (*permutation(i / num_samples_))[static_cast<size_t>(i % num_samples_)];
 }
 

@@ -9,6 +9,10 @@
 // Step k consumes global samples [k*G, (k+1)*G) whatever the plan (G = microbatches *
 // microbatch_size); microbatch j of step k is [k*G + j*mbs, k*G + (j+1)*mbs).
 //
+// The validation stream (data.val_path) is read in order instead (Order::kSequential): its
+// sample i is window i, so every evaluation sees the same first samples of the file whatever
+// the plan, as llm.c's validation loader reads them from the start each time.
+//
 // Thread-safety: all methods are const and safe to call concurrently (the per-epoch permutation
 // cache is guarded by a mutex). Copies share the cache.
 #pragma once
@@ -35,8 +39,10 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch)
 
 class Sampler {
  public:
+  enum class Order { kShuffled, kSequential };  // sequential: sample i is window i mod S
+
   // ConfigError if the dataset has fewer than seq_len + 1 tokens or seq_len < 1.
-  Sampler(const TokenDataset& data, int seq_len, uint64_t seed);
+  Sampler(const TokenDataset& data, int seq_len, uint64_t seed, Order order = Order::kShuffled);
 
   int64_t num_samples() const { return num_samples_; }
   int seq_len() const { return seq_len_; }
@@ -58,6 +64,7 @@ class Sampler {
   TokenDataset data_;
   int seq_len_;
   uint64_t seed_;
+  Order order_;
   int64_t num_samples_;
   struct Cache {
     std::mutex mu;

@@ -142,6 +142,10 @@ class Metrics {
                            {"samples", s.samples},
                            {"skipped", s.skipped},
                            {"skipped_total", s.skipped_total}};
+    if (s.val_loss) {
+      line["val_loss"] = *s.val_loss;  // after this step's update (null if not finite)
+      line["eval_s"] = s.eval_ms / 1000;
+    }
     line["ranks"] = nlohmann::json::array();
     for (const auto& r : s.reports) {
       auto j = r.to_json();
@@ -250,6 +254,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));
   }
+  // The validation split: there, of the training data's kind, and long enough.
+  if (config.train.eval_every > 0) {
+    runtime::open_validation(config, model.seq_len, dataset.vocab_size());
+  }
   // Devices: every mistake is an error here, before any worker starts (runtime/device.h). A
   // multi-host coordinator sees no GPU of the hosts: their agents and workers check there.
   const int world = options.devices > 0 ? options.devices
@@ -296,11 +304,17 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     const int nodes = world == 1 ? 1 : ctx.cluster.num_nodes;
     const int devices = world == 1 ? 1 : ctx.devices_per_node;
     if (f.node >= nodes || f.device >= devices ||
-        (f.phase != "startup" && f.phase != "agent_startup" && f.step >= config.train.steps)) {
+        (f.phase != "startup" && f.phase != "agent_startup" &&
+         // The evaluation after the last step is at step = train.steps.
+         f.step >= config.train.steps + (f.phase == "eval" ? 1 : 0)) ||
+        (f.phase == "eval" && !runtime::eval_due(config.train, f.step))) {
       throw ConfigError(fmt::format(
           "elastic.inject names node {} device {} step {}, but the run has nodes 0..{}, devices "
-          "0..{} per node and steps 0..{}; name a node, device and step of this run",
-          f.node, f.device, f.step, nodes - 1, devices - 1, config.train.steps - 1));
+          "0..{} per node and steps 0..{}{}; name a node, device and step of this run",
+          f.node, f.device, f.step, nodes - 1, devices - 1, config.train.steps - 1,
+          f.phase == "eval" ? " (phase eval: a step where a validation loss is due, "
+                              "train.eval_every, or train.steps for the last)"
+                            : ""));
     }
   }
   summary.layout = run.layout;
@@ -405,6 +419,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     if (s.skipped) summary.skipped_steps.push_back(s.step);
     if (s.step == first_step) summary.first_loss = s.loss;
     if (!s.skipped) summary.final_loss = s.loss;
+    if (s.val_loss) {
+      summary.final_val_loss = s.val_loss;
+      summary.final_val_step = s.step + 1;
+    }
     metrics.step(s);
     if (tensorboard) tensorboard->step(s);
     if (options.on_step) options.on_step(s);
@@ -499,6 +517,11 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       s.samples = samples_digest(report.samples);
       s.skipped = !finite;
       s.skipped_total = skips.total;
+      if (runtime::eval_due(config.train, step + 1)) {
+        const auto t_eval = SteadyClock::now();
+        s.val_loss = worker.evaluate();
+        s.eval_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t_eval).count();
+      }
       const auto now = SteadyClock::now();
       s.step_s = std::chrono::duration<double>(now - t_prev).count();
       t_prev = now;
@@ -582,6 +605,8 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       s.samples = r.samples;
       s.skipped = r.skipped;
       s.skipped_total = r.skipped_total;
+      s.val_loss = r.val_loss;
+      s.eval_ms = r.eval_ms;
       s.reports = r.reports;
       record_step(std::move(s));
     };

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct StepSummary {
   std::string samples;  // digest of the step's sample ids
   bool skipped = false;   // not finite, its update skipped (train.nonfinite = "skip")
   int skipped_total = 0;  // steps skipped so far in the run, this one included
+  // The validation loss after this step's update, where one was due (runtime::eval_due).
+  std::optional<double> val_loss;
+  double eval_ms = 0.0;
   std::vector<runtime::StepReport> reports;  // one per rank
 };
 
@@ -54,6 +58,8 @@ struct RunSummary {
   int steps_done = 0;
   double first_loss = 0.0;
   double final_loss = 0.0;
+  std::optional<double> final_val_loss;  // the last validation loss of the run, if any
+  int final_val_step = 0;                // steps done when it was measured
   double total_s = 0.0;
   double tokens_per_s = 0.0;          // over the run, excluding start-up
   double flops_per_token = 0.0;       // model FLOPs (model/flops.h)

@@ -22,7 +22,7 @@ const std::set<std::string> kActions = {"kill", "hang", "agent", "nan"};
 const std::set<std::string> kPhases = {"agent_startup", "startup",     "forward",
                                        "backward",      "p2p",         "grad_sync",
                                        "commit",        "optimizer",   "reconfigure",
-                                       "state_transfer"};
+                                       "state_transfer", "eval"};
 
 bool startup_phase(const std::string& phase) {
   return phase == "startup" || phase == "agent_startup";
@@ -83,8 +83,8 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         if (kPhases.count(value) == 0) {
           throw ConfigError(fmt::format(
               "elastic.inject entry '{}': unknown phase '{}'; use agent_startup, startup, "
-              "forward, backward, p2p, grad_sync, commit, optimizer, reconfigure or "
-              "state_transfer",
+              "forward, backward, p2p, grad_sync, commit, optimizer, reconfigure, "
+              "state_transfer or eval",
               entry, value));
         }
         f.phase = value;

@@ -12,7 +12,8 @@
 // forward), commit (after the step is committed, before the update), optimizer (after the
 // update), and, in a generation after a reconfiguration, reconfigure (while the groups are built)
 // and state_transfer (while layers move); for those two, `step` is the step the new generation
-// starts at. Each spec fires once
+// starts at; eval (before a forward of the validation loss due after `step` updates; `step` =
+// train.steps for the one after the last step). Each spec fires once
 // (a store counter decides), in the worker `device` (default 0) of node `node`, which records the
 // wall-clock time of the fault so recovery is measured from it.
 //

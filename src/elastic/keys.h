@@ -70,6 +70,8 @@ inline std::string num_ready(int g, int step) { return fmt::format("g{}/nready/{
 inline std::string decision(int g, int step) { return fmt::format("g{}/decision/{}", g, step); }
 inline std::string num_saved(int g, int step) { return fmt::format("g{}/nsaved/{}", g, step); }
 inline std::string done(int g, int rank) { return fmt::format("g{}/done/{}", g, rank); }
+// JSON {"val_loss", "eval_ms"} of the evaluation after the last step (rank 0, before its done).
+inline std::string final_eval(int g) { return fmt::format("g{}/final_eval", g); }
 inline std::string num_done(int g) { return fmt::format("g{}/ndone", g); }
 // A rank left the generation on its own (a CommError): the message, and a counter.
 inline std::string left(int g, int rank) { return fmt::format("g{}/left/{}", g, rank); }

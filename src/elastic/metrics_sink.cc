@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "core/tb_events.h"
 #include "elastic/coordinator.h"
 
@@ -26,6 +28,8 @@ void TensorBoardSink::step(const StepSummary& s) {
   file_->scalar(step, "mfu", s.mfu);
   file_->scalar(step, "step_s", s.step_s);
   file_->scalar(step, "world", s.world);
+  // The validation loss after this step's update; TensorBoard's step is the same steps done.
+  if (s.val_loss && std::isfinite(*s.val_loss)) file_->scalar(step, "val/loss", *s.val_loss);
   for (const auto& r : s.reports) {
     file_->scalar(step, fmt::format("compute_fraction/rank{}", r.rank),
                   r.step_ms > 0 ? r.compute_ms / r.step_ms : 0.0);

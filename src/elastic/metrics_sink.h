@@ -26,7 +26,8 @@ class MetricsSink {
 
 // TensorBoard scalars per step (tags below) and events as text, in `dir` (out_dir/tb):
 //   loss, lr, grad_norm, tokens_per_s, mfu, step_s, world, compute_fraction/rank<r>
-//   (a rank's compute_ms / step_ms), and, as text under "events", one line per event.
+//   (a rank's compute_ms / step_ms), val/loss (where a validation loss was measured after the
+//   step), and, as text under "events", one line per event.
 // A skipped (non-finite) step writes no loss. An unwritable `dir` is a ConfigError.
 class TensorBoardSink : public MetricsSink {
  public:

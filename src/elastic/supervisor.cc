@@ -428,6 +428,13 @@ void Supervisor::poll_run() {
       store_->deleteKey(key);
       ids.insert(ids.end(), rec.reports.back().samples.begin(), rec.reports.back().samples.end());
     }
+    // The validation loss measured at the start of this step belongs to the previous one.
+    if (held_ && held_->step + 1 == committed_) {
+      const auto& first = rec.reports.front();
+      BW_CHECK(first.val_loss.has_value(), "step {} was due a validation loss that rank 0 did "
+               "not report", committed_);
+      release_held(first.val_loss, first.eval_ms);
+    }
     const double loss = rec.reports.front().loss;  // every rank reports the global loss
     const double norm = rec.reports.front().grad_norm;
     const bool finite = std::isfinite(loss) && std::isfinite(norm);
@@ -483,7 +490,7 @@ void Supervisor::poll_run() {
     }
     if (pending_ && !gen_committed_any_) report_recovery(rec.step, now);
     gen_committed_any_ = true;
-    if (on_step) on_step(rec);
+    record(std::move(rec));
     if (halt) {
       stopping_ = true;
       begin_quiesce();
@@ -790,6 +797,18 @@ void Supervisor::poll_finish() {
         if (e.layer) outcome_.parameter_checksums[*e.layer] = e.first;
       }
     }
+    if (held_) {  // the last step's validation loss, measured once training was done
+      const auto key = keys::final_eval(g_);
+      BW_CHECK(exists(*store_, key), "the run was due a validation loss after its last step, but "
+               "rank 0 wrote none");
+      const auto doc = nlohmann::json::parse(get_string(*store_, key), nullptr, false);
+      if (!doc.is_object() || !doc.contains("val_loss")) {
+        throw ConfigError(fmt::format("{}: not a validation loss: {}", key, doc.dump()));
+      }
+      const auto& v = doc.at("val_loss");
+      release_held(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(),
+                   doc.value("eval_ms", 0.0));
+    }
     if (pending_) report_recovery(committed_, now);
     set_string(*store_, keys::abort(g_), "1");
     set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
@@ -808,8 +827,29 @@ void Supervisor::poll_finish() {
   }
 }
 
+void Supervisor::record(StepRecord rec) {
+  if (runtime::eval_due(ctx_.config.train, rec.step + 1)) {
+    held_ = std::move(rec);
+  } else if (on_step) {
+    on_step(rec);
+  }
+}
+
+void Supervisor::release_held(std::optional<double> val_loss, double eval_ms) {
+  StepRecord rec = std::move(*held_);
+  held_.reset();
+  rec.val_loss = val_loss;
+  rec.eval_ms = eval_ms;
+  if (on_step) on_step(rec);
+}
+
 bool Supervisor::tick() {
-  if (phase_ == Phase::kDone) return false;
+  if (phase_ == Phase::kDone) {
+    // The run ended before the evaluation after the last committed step: its line goes out
+    // without a validation loss.
+    if (held_) release_held(std::nullopt, 0);
+    return false;
+  }
   detect();
   switch (phase_) {
     case Phase::kRun:

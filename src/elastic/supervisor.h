@@ -74,6 +74,11 @@ struct StepRecord {
   std::string samples;  // hex FNV-1a of the sorted sample ids the step trained on
   bool skipped = false;   // not finite, update skipped (train.nonfinite = "skip")
   int skipped_total = 0;  // steps skipped so far, this one included
+  // The validation loss after this step's update (runtime::eval_due(step + 1)). It is measured
+  // at the start of the next step, or after the last one, so on_step for this step waits until
+  // then (a recovery in between evaluates again, from the same parameters).
+  std::optional<double> val_loss;
+  double eval_ms = 0;
   std::vector<runtime::StepReport> reports;  // one per rank
 };
 
@@ -203,6 +208,9 @@ class Supervisor {
   void poll_run();
   void poll_quiesce();
   void poll_finish();
+  // Hands a committed step to on_step, or holds it until its validation loss is known.
+  void record(StepRecord rec);
+  void release_held(std::optional<double> val_loss, double eval_ms);
   void poll_save();
   void replan();
   void stop(const std::string& why);
@@ -249,6 +257,7 @@ class Supervisor {
   double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
   int regroups_ = 0;          // generations re-formed with no failure, since the last commit
   SkipCount skips_;           // as of committed_
+  std::optional<StepRecord> held_;  // committed, waiting for the validation loss after it
   std::map<int, SkipCount> checkpoint_skips_;  // steps done of a due checkpoint -> skips then
   bool stop_requested_ = false;
   bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected

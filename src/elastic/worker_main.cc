@@ -404,6 +404,18 @@ void run_generation(Context& cx, int g) {
           save_shard(cx, worker, g, rank, steps);
           cx.store->add(keys::num_saved(g, steps - 1), 1);
         }
+        if (runtime::eval_due(cx.config.train, steps)) {
+          // The validation loss after the last step; a generation formed after a failure here
+          // evaluates again, from the same parameters.
+          cx.step = steps;
+          const auto t_eval = Clock::now();
+          const double val_loss = worker.evaluate();
+          if (rank == 0) {
+            set_string(*cx.store, keys::final_eval(g),
+                       nlohmann::json{{"val_loss", val_loss}, {"eval_ms", ms_since(t_eval)}}
+                           .dump());
+          }
+        }
         set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
         cx.store->add(keys::num_done(g), 1);
       }

@@ -103,7 +103,10 @@ std::vector<Section> build_schema() {
         make("seed", &R::data, &DataConfig::seed, "seed of the global sample order"),
         make("tokenizer", &R::data, &DataConfig::tokenizer,
              "tokenizer.json the data was prepared with (vocabulary, decoded sample); \"\" = "
-             "the one `data prepare` saved beside data.path's shards, if any")}},
+             "the one `data prepare` saved beside data.path's shards, if any"),
+        make("val_path", &R::data, &DataConfig::val_path,
+             "validation tokens, read like path (file, directory or glob of .bin shards); "
+             "\"\" = none")}},
       {"cluster",
        {make("nodes", &R::cluster, &ClusterConfig::nodes, "hosts (the unit of failure)"),
         make("devices_per_node", &R::cluster, &ClusterConfig::devices_per_node,
@@ -189,7 +192,11 @@ std::vector<Section> build_schema() {
              "matmuls and activations, fp32 master weights, optimizer state, loss and "
              "gradients)"),
         make("tensorboard", &R::train, &TrainConfig::tensorboard,
-             "write TensorBoard event files (scalars per step, events as text) to out_dir/tb")}},
+             "write TensorBoard event files (scalars per step, events as text) to out_dir/tb"),
+        make("eval_every", &R::train, &TrainConfig::eval_every,
+             "steps between validation losses on data.val_path (and after the last); 0 = never"),
+        make("eval_batches", &R::train, &TrainConfig::eval_batches,
+             "global batches of data.val_path, from its start, in each validation loss")}},
   };
 }
 

@@ -28,6 +28,9 @@ struct DataConfig {
   std::string path;   // empty = the default corpus (data::default_corpus_path())
   int64_t seed = 42;  // sample order
   std::string tokenizer;  // tokenizer.json of the data; empty = the one beside data.path, if any
+  // Validation tokens, read like `path` (a file, directory or glob of .bin shards); "" = none.
+  // Evaluated every train.eval_every steps on its first train.eval_batches global batches.
+  std::string val_path;
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -95,6 +98,10 @@ struct TrainConfig {
   std::string precision = "auto";  // "auto" (bf16 on cuda, fp32 on cpu) | "fp32" | "bf16"
   // TensorBoard event files in out_dir/tb (elastic/metrics_sink.h).
   bool tensorboard = false;
+  // Validation loss on data.val_path after every eval_every steps and after the last one (0 =
+  // never), over its first eval_batches global batches (runtime/worker.h, eval_due).
+  int eval_every = 0;
+  int eval_batches = 4;
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -136,6 +143,7 @@ inline constexpr int64_t kMaxThreadsPerWorker = 256;
 inline constexpr int64_t kMaxSpinWaitUs = 1000000;
 inline constexpr int64_t kMaxSampleTokens = 1 << 20;
 inline constexpr int64_t kMaxSkipLimit = 1000;  // train.skip_limit
+inline constexpr int64_t kMaxEvalBatches = 1 << 16;  // train.eval_batches
 inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;
 inline constexpr double kMinHeartbeatTimeoutS = 0.2, kMaxHeartbeatTimeoutS = 3600.0;
 

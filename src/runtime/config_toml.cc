@@ -252,6 +252,15 @@ void validate(const RunConfig& c) {
   in_range(t.skip_limit, 1, kMaxSkipLimit, "train.skip_limit");
   require(t.precision == "auto" || t.precision == "fp32" || t.precision == "bf16",
           "train.precision", "\"auto\", \"fp32\" or \"bf16\"", "\"" + t.precision + "\"");
+  at_least(t.eval_every, 0, "train.eval_every");
+  in_range(t.eval_batches, 1, kMaxEvalBatches, "train.eval_batches");
+  if (t.eval_every > 0 && c.data.val_path.empty()) {
+    throw ConfigError(fmt::format(
+        "train.eval_every = {} asks for a validation loss but data.val_path is empty; set "
+        "--data.val_path=FILE (a token file, directory or glob of .bin shards, e.g. the "
+        "NAME_val_*.bin of `breakwater data prepare`) or --train.eval_every=0",
+        t.eval_every));
+  }
 }
 
 void validate_devices(const RunConfig& c, int64_t devices) {

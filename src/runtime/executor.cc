@@ -312,6 +312,89 @@ void Executor::recompute_backward(Slot& slot, int chunk, const std::vector<torch
   slot.targets = torch::Tensor();
 }
 
+void Executor::post_recv_forward(int c, int m) {
+  auto& list = recvs_[{kForward, c, m}];
+  for (const auto& peer : peers(c - 1)) {
+    auto buf = torch::empty(chunk_output_shape(c - 1, peer.end - peer.begin),
+                            placement_.activations());
+    list.emplace_back(transport_->irecv(buf, peer.rank, tag(kForward, c, m)), buf);
+  }
+}
+
+void Executor::send_forward(int c, int m) {
+  auto& slot = slots_.at({c, m});
+  auto out = slot.output.detach();
+  for (const auto& peer : peers(c + 1)) {
+    auto part = out.narrow(0, peer.begin - rows_.first, peer.end - peer.begin).contiguous();
+    sends_.push_back(transport_->isend(part, peer.rank, tag(kForward, c + 1, m)));
+  }
+}
+
+void Executor::forward_only(int chunk, int mb, const BatchFn& batch, std::vector<double>& losses,
+                            StepStats& stats) {
+  std::pair<torch::Tensor, torch::Tensor> data;
+  if (chunk == 0 || chunk == last_chunk_) {
+    data = batch(mb);
+    if (rows_.first != 0 || rows_.second != microbatch_size_) {
+      data.first = data.first.narrow(0, rows_.first, rows_.second - rows_.first);
+      data.second = data.second.narrow(0, rows_.first, rows_.second - rows_.first);
+    }
+  }
+  torch::Tensor x = chunk == 0 ? data.first : take_received(kForward, chunk, mb, stats);
+  for (int l = pipeline_.chunk_layers[chunk].first; l < pipeline_.chunk_layers[chunk].second; ++l) {
+    if (sharded_) shards_->gather(l);
+    x = run_layer(l, x);
+    if (sharded_) shards_->release(l);
+  }
+  if (chunk == last_chunk_) {
+    // As in training (forward()), without the 1 / microbatches of the global batch.
+    losses[mb] += model::lm_loss(x, data.second).item<double>() * (rows_.second - rows_.first) /
+                  static_cast<double>(microbatch_size_);
+  } else if (local(chunk + 1)) {
+    handoff_[{kForward, chunk + 1, mb}] = x;
+  } else {
+    slots_[{chunk, mb}].output = x;  // until its SEND_F
+  }
+}
+
+std::vector<double> Executor::run_forward(const BatchFn& batch) {
+  torch::NoGradGuard no_grad;
+  // Only "eval" reaches the hook: a fault injected into a training phase stays in training.
+  struct HookSwap {
+    PhaseHook& slot;
+    PhaseHook saved;
+    ~HookSwap() { slot = std::move(saved); }
+  } restore{hook_, std::move(hook_)};
+  hook_ = {};
+  StepStats stats;  // take_received counts its waits here; not reported
+  std::vector<double> losses(pipeline_.num_microbatches, 0.0);
+  using schedule::ActionKind;
+  for (const auto& a : pipeline_.schedule.actions[device_]) {
+    switch (a.kind) {
+      case ActionKind::F:
+        if (restore.saved) restore.saved("eval");
+        forward_only(a.chunk, a.microbatch, batch, losses, stats);
+        break;
+      case ActionKind::RECV_F:
+        post_recv_forward(a.chunk, a.microbatch);
+        break;
+      case ActionKind::SEND_F:
+        send_forward(a.chunk, a.microbatch);
+        slots_.erase(Key{a.chunk, a.microbatch});
+        break;
+      default:
+        break;  // backward work and its messages
+    }
+  }
+  for (auto& s : sends_) s->wait();
+  sends_.clear();
+  BW_CHECK(recvs_.empty() && handoff_.empty() && slots_.empty(),
+           "device {}: evaluation ended with {} unconsumed receives, {} local hand-offs and {} "
+           "unsent activations",
+           device_, recvs_.size(), handoff_.size(), slots_.size());
+  return losses;
+}
+
 StepStats Executor::run_step(const BatchFn& batch) {
   StepStats stats;
   stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
@@ -336,26 +419,20 @@ StepStats Executor::run_step(const BatchFn& batch) {
         backward(c, m, false, true, stats);
         break;
       case ActionKind::RECV_F:
+        post_recv_forward(c, m);
+        break;
       case ActionKind::RECV_B: {
-        const bool fwd = a.kind == ActionKind::RECV_F;
-        auto& list = recvs_[{fwd ? kForward : kBackward, c, m}];
-        for (const auto& peer : peers(fwd ? c - 1 : c + 1)) {
-          auto buf = torch::empty(chunk_output_shape(fwd ? c - 1 : c, peer.end - peer.begin),
-                                  placement_.activations());
-          list.emplace_back(
-              transport_->irecv(buf, peer.rank, tag(fwd ? kForward : kBackward, c, m)), buf);
-        }
-        break;
-      }
-      case ActionKind::SEND_F: {
-        auto& slot = slots_.at({c, m});
-        auto out = slot.output.detach();
+        auto& list = recvs_[{kBackward, c, m}];
         for (const auto& peer : peers(c + 1)) {
-          auto part = out.narrow(0, peer.begin - rows_.first, peer.end - peer.begin).contiguous();
-          sends_.push_back(transport_->isend(part, peer.rank, tag(kForward, c + 1, m)));
+          auto buf = torch::empty(chunk_output_shape(c, peer.end - peer.begin),
+                                  placement_.activations());
+          list.emplace_back(transport_->irecv(buf, peer.rank, tag(kBackward, c, m)), buf);
         }
         break;
       }
+      case ActionKind::SEND_F:
+        send_forward(c, m);
+        break;
       case ActionKind::SEND_B: {
         auto it = outgoing_grads_.find({c, m});
         BW_CHECK(it != outgoing_grads_.end(),

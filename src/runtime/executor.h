@@ -79,6 +79,13 @@ class Executor {
            model::Placement placement = {});
 
   StepStats run_step(const BatchFn& batch);
+  // Forward only, for a validation loss: the action list's F, RECV_F and SEND_F in order
+  // (a subsequence of a deadlock-free list is deadlock-free: every wait it keeps was already
+  // there, and what it drops only waited on later work), without autograd. Returns, per local
+  // microbatch, this rank's rows' mean loss weighted by their share of the microbatch (0 where
+  // the last chunk is elsewhere): summed over a stage's ranks, the microbatch's mean loss. The
+  // hook sees "eval" before each forward, and nothing else.
+  std::vector<double> run_forward(const BatchFn& batch);
   void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:
@@ -100,6 +107,10 @@ class Executor {
   using Key = std::pair<int, int>;  // (chunk, microbatch)
 
   void forward(int chunk, int mb, const BatchFn& batch, StepStats& stats);
+  void forward_only(int chunk, int mb, const BatchFn& batch, std::vector<double>& losses,
+                    StepStats& stats);
+  void post_recv_forward(int chunk, int mb);
+  void send_forward(int chunk, int mb);
   void backward(int chunk, int mb, bool inputs_only, bool weights_only, StepStats& stats);
   // Per layer, last to first: (gather,) forward again from the kept input, backward, (release,
   // reduce). Leaves the chunk input's gradient in slot.input.grad().

@@ -32,6 +32,10 @@ nlohmann::json StepReport::to_json() const {
           {"chunk_ms", chunk_ms},
           {"samples", samples}};
   if (!tied.empty()) doc["tied"] = tied;
+  if (val_loss) {
+    doc["val_loss"] = *val_loss;  // a non-finite value travels as null (NaN again on reading)
+    doc["eval_ms"] = eval_ms;
+  }
   return doc;
 }
 
@@ -80,6 +84,10 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.sync_ms = json::get_number(d, "sync_ms", where);
   r.num_actions = static_cast<int>(json::get_int_in(d, "num_actions", where, 0, kMaxInt));
   r.peak_rss_kb = json::get_int_in(d, "peak_rss_kb", where, 0, 1LL << 53);
+  if (d.contains("val_loss")) {
+    r.val_loss = maybe_nan("val_loss");
+    r.eval_ms = optional_ms("eval_ms");
+  }
   if (d.contains("chunk_ms")) {
     for (const auto& c : array_field(d, "chunk_ms", where)) {
       if (!c.is_array() || c.size() != 4) {

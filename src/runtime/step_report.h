@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct StepReport {
   // Tied copies this rank holds, per group, as GradSync::tied_checksums of the parameters the
   // step ran with; the coordinator checks that every copy agrees (empty when untied).
   std::map<std::string, std::vector<int64_t>> tied;
+  // The validation loss of the parameters this step started from (after `step` updates), when
+  // an evaluation was due then (worker.h, eval_due); every rank reports the same value.
+  std::optional<double> val_loss;
+  double eval_ms = 0.0;  // the evaluation's forward passes and reduction
 
   nlohmann::json to_json() const;
   // ConfigError naming the field when `doc` is not a report (a missing field, a wrong type, a

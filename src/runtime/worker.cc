@@ -92,6 +92,9 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
     data::Sampler sampler(open_run_data(config.data).dataset, model.seq_len,
                           static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(global_batch(config.pipeline));
+    if (config.train.eval_every > 0) {
+      val_sampler_.emplace(open_validation(config, model.seq_len, sampler.dataset().vocab_size()));
+    }
     sampler_.emplace(std::move(sampler));
   }
   BW_CHECK(layout_.world_size() == 1 || (world_ && make_group),
@@ -124,7 +127,64 @@ std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& l
   return out;
 }
 
+data::Sampler open_validation(const RunConfig& config, int seq_len, int vocab) {
+  const auto& path = config.data.val_path;
+  try {
+    data::Sampler val(data::TokenDataset::open(path), seq_len, 0, data::Sampler::Order::kSequential);
+    if (val.dataset().vocab_size() != vocab) {
+      throw ConfigError(fmt::format(
+          "'{}' holds tokens of a vocabulary of {} but the training data (data.path) has {}; "
+          "give a validation split of the same kind (the NAME_val_*.bin beside the training "
+          "shards)",
+          path, val.dataset().vocab_size(), vocab));
+    }
+    const int64_t need = int64_t{config.train.eval_batches} * global_batch(config.pipeline);
+    if (need > val.num_samples()) {
+      throw ConfigError(fmt::format(
+          "'{}' has {} samples of seq_len {}, fewer than train.eval_batches {} x a global batch "
+          "of {} = {} samples; lower train.eval_batches or use a longer validation split",
+          path, val.num_samples(), seq_len, config.train.eval_batches,
+          global_batch(config.pipeline), need));
+    }
+    return val;
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("data.val_path: {}", e.what()));
+  }
+}
+
+double Worker::evaluate() {
+  const auto& pl = layout_.pipelines[pipeline_];
+  const int64_t mbs = layout_.microbatch_size;
+  const int64_t total = layout_.total_microbatches;
+  const int batches = config_.train.eval_batches;
+  auto losses = torch::zeros({batches * total}, torch::kFloat64);
+  double* out = losses.data_ptr<double>();
+  for (int b = 0; b < batches; ++b) {
+    const int64_t batch_first = b * total * mbs;
+    BatchFn batch = [&](int m) {
+      BW_CHECK(val_sampler_.has_value(), "rank {} has no validation data but its chunk needs it",
+               rank_);
+      return val_sampler_->batch(batch_first + (pl.first_microbatch + m) * mbs,
+                                 static_cast<int>(mbs));
+    };
+    const auto mine = executor_->run_forward(batch);
+    for (int m = 0; m < pl.num_microbatches; ++m) out[b * total + pl.first_microbatch + m] += mine[m];
+  }
+  // Each microbatch's loss comes from one rank (or a sharded stage's ranks), the others add 0.
+  if (world_ && world_->size() > 1) world_->allreduce_sum(losses);
+  double sum = 0.0;
+  for (int64_t i = 0; i < losses.numel(); ++i) sum += out[i];
+  return sum / static_cast<double>(losses.numel());
+}
+
 PreparedStep Worker::prepare(int step) {
+  std::optional<double> val_loss;
+  double eval_ms = 0.0;
+  if (step < config_.train.steps && eval_due(config_.train, step)) {
+    const auto t_eval = Clock::now();
+    val_loss = evaluate();
+    eval_ms = ms_since(t_eval);
+  }
   const auto t0 = Clock::now();
   const auto& pl = layout_.pipelines[pipeline_];
   const int64_t mbs = layout_.microbatch_size;
@@ -179,6 +239,8 @@ PreparedStep Worker::prepare(int step) {
   }
   r.step_ms = ms_since(t0);
   r.peak_rss_kb = peak_rss_kb();
+  r.val_loss = val_loss;
+  r.eval_ms = eval_ms;
   return out;
 }
 

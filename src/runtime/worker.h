@@ -68,6 +68,13 @@ class Worker {
   void skip(int step);
   // prepare + apply, for runs without a coordinator's commit (one process).
   StepReport run_step(int step);
+  // The validation loss of the current parameters: the mean loss over the first
+  // train.eval_batches global batches of data.val_path in order (sample i = window i), each
+  // split into microbatches as a training step is, this rank's share computed forward only
+  // (Executor::run_forward). Per-microbatch losses are summed over the world, then added in
+  // microbatch order, so the value does not depend on the plan. Collective over the world;
+  // changes no parameter, gradient or optimizer state. The hook sees "eval".
+  double evaluate();
 
   int rank() const { return rank_; }
   const RunLayout& layout() const { return layout_; }
@@ -105,6 +112,7 @@ class Worker {
   int device_;
   ModelState& state_;
   std::optional<data::Sampler> sampler_;
+  std::optional<data::Sampler> val_sampler_;  // data.val_path, when evaluations are due
   std::unique_ptr<Transport> world_;
   std::unique_ptr<Transport> stage_group_;  // the ranks of this rank's stage, when more than one
   std::unique_ptr<StageShards> shards_;     // this rank's segmented layers
@@ -120,6 +128,19 @@ class Worker {
 std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& layout, int pipeline,
                                 int step, const std::vector<int>& microbatches,
                                 std::pair<int, int> rows);
+
+// Whether a validation loss is due with `steps_done` updates applied: every train.eval_every
+// steps and after the last step (never with eval_every = 0). The evaluation after d < steps
+// updates runs at the start of step d (Worker::prepare reports it); the one after the last step
+// runs once training is done.
+inline bool eval_due(const TrainConfig& train, int steps_done) {
+  return train.eval_every > 0 && steps_done > 0 &&
+         (steps_done % train.eval_every == 0 || steps_done == train.steps);
+}
+
+// Opens data.val_path as the validation stream for a model of `seq_len` and `vocab` ids, checking
+// it holds train.eval_batches global batches; ConfigError naming data.val_path otherwise.
+data::Sampler open_validation(const RunConfig& config, int seq_len, int vocab);
 
 // Peak resident set size of this process in KiB (0 where unknown).
 int64_t peak_rss_kb();

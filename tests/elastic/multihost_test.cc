@@ -130,10 +130,9 @@ const std::string& reference(int nodes, int steps, const std::string& model = "t
   static std::map<std::tuple<int, int, std::string>, std::string> done;
   auto& out = done[{nodes, steps, model}];
   if (!out.empty()) return out;
-  const auto stamp = fs::last_write_time(BW_BINARY).time_since_epoch().count();
   const auto shared = fs::temp_directory_path() /
                       fmt::format("bw_multihost_refs_{:x}",
-                                  std::hash<std::string>{}(fmt::format("{}{}", BW_BINARY, stamp)));
+                                  std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
   fs::create_directories(shared);
   const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(lock, LOCK_EX);

@@ -170,10 +170,9 @@ const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1,
   static std::map<std::tuple<int, int, int, std::string>, TrainRun> cache;
   auto key = std::make_tuple(nodes, steps, fault_tolerance, precision);
   if (cache.count(key)) return cache[key];
-  const auto stamp = fs::last_write_time(BW_BINARY).time_since_epoch().count();
   const auto shared = fs::temp_directory_path() /
                       fmt::format("bw_recovery_refs_{:x}", std::hash<std::string>{}(
-                                                               fmt::format("{}{}", BW_BINARY, stamp)));
+                                                               bw::testing::build_stamp(BW_BINARY)));
   fs::create_directories(shared);
   const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
   ::flock(lock, LOCK_EX);

@@ -49,6 +49,21 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// A key for results cached on disk across test processes (reference runs): changes whenever the
+// launcher `binary`, the breakwater-torch beside it or this test binary is rebuilt, so a rebuilt
+// library never meets results of the old one.
+inline std::string build_stamp(const std::string& binary) {
+  namespace fs = std::filesystem;
+  std::string stamp = binary;
+  const fs::path torch_binary = fs::path(binary).parent_path() / "breakwater-torch";
+  for (const fs::path& p : {fs::path(binary), torch_binary, fs::read_symlink("/proc/self/exe")}) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(p, ec);
+    stamp += ":" + std::to_string(ec ? 0 : t.time_since_epoch().count());
+  }
+  return stamp;
+}
+
 // Starts the CLI; `on_start` (optional) runs in the test process while the child runs and may
 // return early. Waits at most `deadline_s`.
 template <typename OnStart>

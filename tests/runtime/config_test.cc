@@ -88,6 +88,26 @@ steps = 7
             std::vector<int>{4});
 }
 
+TEST(RunConfig, ValidationLossKeysAreCheckedWithTheFix) {
+  EXPECT_EQ(RunConfig{}.train.eval_every, 0);  // no validation loss unless asked for
+  EXPECT_EQ(RunConfig{}.data.val_path, "");
+  expect_contains(error_of([] { parse("", {"--train.eval_every=5"}); }),
+                  {"train.eval_every = 5", "data.val_path is empty", "--data.val_path=",
+                   "--train.eval_every=0"});
+  expect_contains(error_of([] { parse("", {"--train.eval_every=-1"}); }),
+                  {"train.eval_every", ">= 0", "-1"});
+  expect_contains(
+      error_of([] { parse("", {"--train.eval_every=1", "--data.val_path=v.bin",
+                               "--train.eval_batches=0"}); }),
+      {"train.eval_batches", "[1, 65536]", "got 0"});
+  const auto c = parse("[data]\nval_path = \"v/*.bin\"\n[train]\neval_every = 3\n"
+                       "eval_batches = 2\n");
+  EXPECT_EQ(c.data.val_path, "v/*.bin");
+  EXPECT_EQ(c.train.eval_every, 3);
+  EXPECT_EQ(c.train.eval_batches, 2);
+  EXPECT_EQ(parse(to_toml(c)), c);
+}
+
 TEST(RunConfig, UnknownSectionAndKeyNameThemAndListValidOnes) {
   expect_contains(error_of([] { parse("[trian]\nsteps = 3\n"); }),
                   {"test.toml", "[trian]", "model, data, cluster, pipeline, elastic, train"});
