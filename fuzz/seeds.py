@@ -114,3 +114,19 @@ messages = [
 ]
 for i, m in enumerate(messages):
     put("store_messages", f"kind{i}", bytes([i]) + json.dumps(m).encode())
+
+# Hugging Face config.json: the ones transformers writes for the shapes the tests use, and the
+# files of the test fixtures.
+copy("hf_config", "tests/**/config.json")
+try:
+    from transformers import GPT2Config, LlamaConfig
+    put("hf_config", "gpt2.json", GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=16,
+                                             vocab_size=300).to_json_string())
+    put("hf_config", "llama.json", LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    ).to_json_string())
+except ImportError as e:
+    print(f"seeds: no transformers config seeds ({e})", file=sys.stderr)

@@ -136,9 +136,15 @@ void print_progress(const elastic::StepSummary& s, bool tty, int log_every) {
       s.skipped ? fmt::format("  skipped (not finite; {} so far)", s.skipped_total) : "";
   // A validation loss (after this step's update) stays on screen: its line is not redrawn.
   const std::string val = s.val_loss ? fmt::format("  val loss {:.4f}", *s.val_loss) : "";
-  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}{}  {:.0f} tok/s  MFU {:.1f}%  ETA {}{}{}",
+  // Ranks flagged slow (elastic/slow_ranks.h), with their compute over the median rank's.
+  std::string slow;
+  for (int r : s.slow_ranks) {
+    slow += fmt::format("{}rank {} {:.1f}x", slow.empty() ? "  slow: " : ", ", r,
+                        s.relative_compute[r]);
+  }
+  fmt::print(stderr, "{}[{}] step {}/{}  loss {:.4f}{}  {:.0f} tok/s  MFU {:.1f}%  ETA {}{}{}{}",
              tty ? "\r" : "", bar, done, s.steps, s.loss, val, s.tokens_per_s, 100.0 * s.mfu,
-             duration(s.eta_s), skipped,
+             duration(s.eta_s), skipped, slow,
              tty ? (done == s.steps || s.skipped || s.val_loss ? "\n" : "") : "\n");
   std::fflush(stderr);
 }
@@ -201,13 +207,23 @@ void print_summary(const elastic::RunSummary& s) {
   fmt::print("{:<28} {:.1f}% of {:.3g} TFLOP/s per device ({})\n", "MFU", 100.0 * s.mfu,
              s.peak_flops_per_device / 1e12, s.peak_source);
   fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
-  fmt::print("{:<6} {:<10} {:<8} {:>14} {:>10}\n", "rank", "pipeline", "device", "peak RSS MiB",
-             "compute %");
+  // The planner's estimate is what training needs (state and activations); the peak RSS adds the
+  // process's own (LibTorch, buffers, allocator slack).
+  fmt::print("{:<6} {:<10} {:<8} {:>14} {:>15} {:>10}\n", "rank", "pipeline", "device",
+             "peak RSS MiB", "predicted MiB", "compute %");
   for (int r = 0; r < std::min(static_cast<int>(s.peak_rss_kb.size()), s.layout.world_size());
        ++r) {
     const auto [p, d] = s.layout.locate(r);
-    fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>10.1f}\n", r, p, d, s.peak_rss_kb[r] / 1024.0,
-               100.0 * s.compute_share[r]);
+    const double predicted =
+        r < static_cast<int>(s.predicted_bytes.size()) ? s.predicted_bytes[r] / (1 << 20) : 0.0;
+    fmt::print("{:<6} {:<10} {:<8} {:>14.1f} {:>15.1f} {:>10.1f}\n", r, p, d,
+               s.peak_rss_kb[r] / 1024.0, predicted, 100.0 * s.compute_share[r]);
+  }
+  for (const auto& x : s.slow_ranks) {
+    fmt::print("{:<28} rank {} (worker {}, generation {}): slow after {} step(s) from step {}, up "
+               "to {:.2f}x the median rank's compute per FLOP\n",
+               "slow rank", x.rank, x.worker, x.generation, x.steps, x.first_step + 1,
+               x.max_relative);
   }
   fmt::print("{:<28} {}\n", "metrics", s.metrics_path);
   if (!s.checkpoint.empty()) fmt::print("{:<28} {}\n", "checkpoint", s.checkpoint);

@@ -33,6 +33,7 @@
 #include "elastic/remote_nodes.h"
 #include "model/flops.h"
 #include "elastic/shard_store.h"
+#include "elastic/slow_ranks.h"
 #include "elastic/store_host.h"
 #include "elastic/supervisor.h"
 #include "elastic/token.h"
@@ -122,6 +123,22 @@ std::string as_string(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+// Each rank's model FLOPs per step (elastic/slow_ranks.h): its layers' FLOPs per token times the
+// tokens it runs them on.
+std::vector<double> rank_work(const runtime::RunLayout& layout, const model::GptConfig& model) {
+  const auto shape = model::shape_of(model);
+  std::vector<double> work(static_cast<size_t>(layout.world_size()), 0.0);
+  for (int r = 0; r < layout.world_size(); ++r) {
+    double flops = 0;
+    for (int l : layout.layers_of(r)) flops += shape.layer_flops_per_token(l);
+    const auto [pipeline, device] = layout.locate(r);
+    const auto [first, end] = layout.sample_range(r);
+    work[r] = flops * layout.pipelines[pipeline].num_microbatches * (end - first) *
+              model.seq_len;
+  }
+  return work;
+}
+
 // Writes metrics.jsonl: one line per committed step, one per event.
 class Metrics {
  public:
@@ -145,6 +162,10 @@ class Metrics {
     if (s.val_loss) {
       line["val_loss"] = *s.val_loss;  // after this step's update (null if not finite)
       line["eval_s"] = s.eval_ms / 1000;
+    }
+    if (!s.relative_compute.empty()) {
+      line["relative_compute"] = s.relative_compute;
+      line["slow_ranks"] = s.slow_ranks;
     }
     line["ranks"] = nlohmann::json::array();
     for (const auto& r : s.reports) {
@@ -380,6 +401,44 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     summary.peak_source = peak.source;
   }
   const auto t_loop = SteadyClock::now();
+  SlowRanks slow(config.elastic.slow_threshold, config.elastic.slow_window);
+  int slow_generation = -1;       // the generation `slow` judges
+  std::vector<int> slow_workers;  // its rank -> worker
+  auto judge_slow_ranks = [&](StepSummary& s) {
+    if (s.generation != slow_generation || s.reports.size() < 2) return;
+    std::vector<double> compute_ms(s.reports.size(), 0.0);
+    for (const auto& r : s.reports) {
+      if (r.rank >= 0 && r.rank < static_cast<int>(compute_ms.size())) {
+        compute_ms[r.rank] = r.compute_ms;
+      }
+    }
+    if (compute_ms.size() != slow.relative().size() || !slow.judged()) return;
+    slow.add(compute_ms);
+    s.relative_compute = slow.relative();
+    s.slow_ranks = slow.slow();
+    for (int r : s.slow_ranks) {
+      auto it = std::find_if(summary.slow_ranks.begin(), summary.slow_ranks.end(),
+                             [&](const SlowRank& x) {
+                               return x.generation == s.generation && x.rank == r;
+                             });
+      if (it == summary.slow_ranks.end()) {
+        SlowRank x;
+        x.generation = s.generation;
+        x.rank = r;
+        x.worker = r < static_cast<int>(slow_workers.size()) ? slow_workers[r] : -1;
+        x.first_step = s.step;
+        summary.slow_ranks.push_back(x);
+        it = summary.slow_ranks.end() - 1;
+      }
+      ++it->steps;
+      it->max_relative = std::max(it->max_relative, s.relative_compute[r]);
+    }
+  };
+  auto judge_plan = [&](const RunPlan& p) {
+    slow.reset(rank_work(p.layout, model));
+    slow_generation = p.layout.generation;
+    slow_workers = p.workers;
+  };
   double timed_s = 0;
   int timed_steps = 0;
   auto record_step = [&](StepSummary s) {
@@ -408,6 +467,16 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
         }
       }
     }
+    if (s.generation == summary.layout.generation) {  // the estimate of the layout that ran
+      summary.predicted_bytes.assign(s.reports.size(), 0.0);
+      for (const auto& r : s.reports) {
+        if (r.rank < 0 || r.rank >= summary.layout.world_size()) continue;
+        const auto [p, d] = summary.layout.locate(r.rank);
+        summary.predicted_bytes[r.rank] =
+            estimate_device_bytes(summary.layout, model, p, d, config.pipeline.recompute == "full",
+                                  precision);
+      }
+    }
     if (summary.peak_rss_kb.size() < s.reports.size()) {
       summary.peak_rss_kb.resize(s.reports.size(), 0);
       summary.compute_share.resize(s.reports.size(), 0.0);
@@ -423,6 +492,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       summary.final_val_loss = s.val_loss;
       summary.final_val_step = s.step + 1;
     }
+    judge_slow_ranks(s);
     metrics.step(s);
     if (tensorboard) tensorboard->step(s);
     if (options.on_step) options.on_step(s);
@@ -617,6 +687,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       if (options.on_event) options.on_event(e);
     };
     sup.on_plan = [&](const RunPlan& p) {
+      judge_plan(p);
       summary.layout = p.layout;
       summary.generations = p.layout.generation + 1;
       if (p.layout.generation > 0 && options.on_plan) options.on_plan(p.layout, p.notes);

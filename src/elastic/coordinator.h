@@ -49,6 +49,20 @@ struct StepSummary {
   std::optional<double> val_loss;
   double eval_ms = 0.0;
   std::vector<runtime::StepReport> reports;  // one per rank
+  // Slow ranks (elastic/slow_ranks.h), in runs of more than one rank: each rank's compute per
+  // unit of work over the median rank's (0 = not judged), and the ranks flagged after this step.
+  std::vector<double> relative_compute;
+  std::vector<int> slow_ranks;
+};
+
+// A rank flagged slow at some step of the run (elastic/slow_ranks.h).
+struct SlowRank {
+  int generation = 0;
+  int rank = 0;
+  int worker = -1;           // the worker process (node * devices_per_node + device); -1 = unknown
+  int first_step = 0;        // the step after which it was first flagged
+  int steps = 0;             // committed steps it was flagged after
+  double max_relative = 0;   // its largest relative compute while flagged
 };
 
 struct RunSummary {
@@ -69,12 +83,16 @@ struct RunSummary {
   std::string peak_source;            // the table row or the probe that gave the peak
   std::string precision;              // train.precision
   std::vector<int64_t> peak_rss_kb;   // per rank
+  // Per rank of the final layout: the planner's estimate of its memory (estimate_device_bytes:
+  // parameters, gradients, optimizer state and the activations it keeps in flight).
+  std::vector<double> predicted_bytes;
   std::vector<double> compute_share;  // per rank: compute_ms / step_ms, averaged
   std::string checkpoint;             // sidecar path of the final checkpoint
   std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
   std::vector<Event> events;  // failures, joins, recoveries, in order
   std::vector<int> skipped_steps;  // non-finite steps skipped by this run (train.nonfinite)
+  std::vector<SlowRank> slow_ranks;  // one entry per (generation, rank) flagged
   int generations = 1;
 };
 

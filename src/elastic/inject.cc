@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -18,7 +20,7 @@
 namespace bw::elastic {
 namespace {
 
-const std::set<std::string> kActions = {"kill", "hang", "agent", "nan"};
+const std::set<std::string> kActions = {"kill", "hang", "agent", "nan", "slow"};
 const std::set<std::string> kPhases = {"agent_startup", "startup",     "forward",
                                        "backward",      "p2p",         "grad_sync",
                                        "commit",        "optimizer",   "reconfigure",
@@ -55,13 +57,14 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
   std::stringstream list(text);
   std::string entry;
   const std::string form =
-      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang, agent or nan";
+      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang, agent or nan, or "
+      "slow:node=N:factor=F[:step=S][:device=D]";
   while (std::getline(list, entry, ',')) {
     if (entry.empty()) continue;
     std::stringstream parts(entry);
     std::string part;
     FaultSpec f;
-    bool has_node = false, has_step = false, has_phase = false;
+    bool has_node = false, has_step = false, has_phase = false, has_factor = false;
     std::getline(parts, f.action, ':');
     if (kActions.count(f.action) == 0) {
       throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}",
@@ -79,6 +82,20 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         has_step = true;
       } else if (key == "device") {
         f.device = parse_int(entry, key, value);
+      } else if (key == "factor" && f.action == "slow") {
+        size_t used = 0;
+        try {
+          f.factor = std::stod(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || !std::isfinite(f.factor) || f.factor < 1.0) {
+          throw ConfigError(fmt::format(
+              "elastic.inject entry '{}': factor must be a number >= 1 (how many times longer "
+              "each computation takes), got '{}'",
+              entry, value));
+        }
+        has_factor = true;
       } else if (key == "phase") {
         if (kPhases.count(value) == 0) {
           throw ConfigError(fmt::format(
@@ -93,6 +110,17 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         throw ConfigError(
             fmt::format("elastic.inject entry '{}': unknown field '{}'; use {}", entry, key, form));
       }
+    }
+    if (f.action == "slow") {
+      if (!has_node || !has_factor || has_phase) {
+        throw ConfigError(fmt::format(
+            "elastic.inject entry '{}': slow takes node= and factor= (and optionally step= and "
+            "device=, no phase); use slow:node=N:factor=F[:step=S][:device=D]",
+            entry));
+      }
+      f.phase = "";
+      out.push_back(f);
+      continue;
     }
     if (!has_node || !has_step) {
       throw ConfigError(
@@ -130,9 +158,18 @@ Injector::Injector(std::vector<FaultSpec> specs, int node, int device,
   }
 }
 
+double Injector::slowdown(int step) const {
+  double factor = 1.0;
+  for (const auto& [index, f] : mine_) {
+    if (f.action == "slow" && f.step <= step) factor = std::max(factor, f.factor);
+  }
+  return factor;
+}
+
 bool Injector::at(int step, const std::string& phase) {
   bool poison = false;
   for (const auto& [index, f] : mine_) {
+    if (f.action == "slow") continue;
     if ((f.step != step && !startup_phase(phase)) || f.phase != phase) continue;
     if (store_->add(keys::inject_fired(index), 1) != 1) continue;
     const auto at = fmt::format("{:.3f}", wall_ms());

@@ -1,7 +1,10 @@
 // Fault injection for tests and demos (`--elastic.inject`, docs/elastic.md "Fault injection").
 //
 // A spec list, comma-separated: `ACTION:node=N:step=S[:phase=P][:device=D]`, e.g.
-// `kill:node=2:step=5:phase=grad_sync,hang:node=1:step=9`. Actions: `kill` (SIGKILL of the node's
+// `kill:node=2:step=5:phase=grad_sync,hang:node=1:step=9`, and `slow:node=N:factor=F[:step=S]
+// [:device=D]` (from step S on, default 0, every forward and backward computation of that worker
+// takes F >= 1 times as long, as on a slower device; it does not fire once but lasts, through
+// recoveries too). Actions: `kill` (SIGKILL of the node's
 // worker), `hang` (SIGSTOP of it), `agent` (SIGKILL of the node's agent, whose workers die with
 // it), `nan` (one gradient entry of the worker set to NaN before the gradient sync, so the step's
 // gradient norm is not finite; phase grad_sync only). Phases: agent_startup (the node's agent
@@ -38,8 +41,9 @@ class Layer;
 namespace bw::elastic {
 
 struct FaultSpec {
-  std::string action;  // kill | hang | agent
+  std::string action;  // kill | hang | agent | nan | slow
   int node = 0;
+  double factor = 1.0;  // slow only
   int device = 0;
   int step = 0;
   std::string phase = "forward";
@@ -58,6 +62,9 @@ class Injector {
   // them is `nan` (the caller then poisons its gradients with poison_gradients()).
   bool at(int step, const std::string& phase);
   bool empty() const { return mine_.empty(); }
+  // The slowdown of this worker at `step` (the largest factor of its `slow` specs from a step
+  // <= `step`; 1 = none).
+  double slowdown(int step) const;
 
  private:
   std::vector<std::pair<int, FaultSpec>> mine_;  // (index in the list, spec)

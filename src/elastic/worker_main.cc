@@ -375,6 +375,7 @@ void run_generation(Context& cx, int g) {
       const int steps = cx.config.train.steps;
       for (int step = first_step; step < steps; ++step) {
         cx.step = step;
+        worker.set_slowdown(cx.injector->slowdown(step));
         auto prepared = worker.prepare(step);
         set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
         cx.store->add(keys::num_ready(g, step), 1);

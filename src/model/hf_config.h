@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/config.h"
 
 namespace bw::model {
 

@@ -156,7 +156,12 @@ std::vector<Section> build_schema() {
              "faults to inject, e.g. \"kill:node=1:step=5:phase=grad_sync\" (docs/elastic.md)"),
         make("run_token", &R::elastic, &ElasticConfig::run_token,
              "secret the agents of a multi-host run present; \"\" = BW_RUN_TOKEN "
-             "(docs/multihost.md)")}},
+             "(docs/multihost.md)"),
+        make("slow_threshold", &R::elastic, &ElasticConfig::slow_threshold,
+             "a rank whose compute per unit of work is this many times the median rank's is slow "
+             "(docs/observability.md)"),
+        make("slow_window", &R::elastic, &ElasticConfig::slow_window,
+             "steps in a row a rank must be over slow_threshold to be flagged")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),

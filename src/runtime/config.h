@@ -68,6 +68,10 @@ struct ElasticConfig {
   double rejoin_after_s = 0.0;  // 0 = a lost node stays out
   std::string inject;           // fault specs (elastic/inject.h); empty = none
   std::string run_token;        // agents of a multi-host run must know it; "" = BW_RUN_TOKEN
+  // Slow ranks (elastic/slow_ranks.h): a rank whose compute time per unit of work exceeds
+  // slow_threshold x the median rank's in each of the last slow_window steps is flagged.
+  double slow_threshold = 1.5;
+  int slow_window = 5;
   bool operator==(const ElasticConfig&) const = default;
 };
 

@@ -227,6 +227,10 @@ void validate(const RunConfig& c) {
           fmt::format("{}", c.elastic.heartbeat_timeout_s));
   require(std::isfinite(c.elastic.rejoin_after_s) && c.elastic.rejoin_after_s >= 0,
           "elastic.rejoin_after_s", ">= 0", fmt::format("{}", c.elastic.rejoin_after_s));
+  require(std::isfinite(c.elastic.slow_threshold) && c.elastic.slow_threshold > 1,
+          "elastic.slow_threshold", "> 1 (a multiple of the median rank's compute)",
+          fmt::format("{}", c.elastic.slow_threshold));
+  at_least(c.elastic.slow_window, 1, "elastic.slow_window");
 
   const TrainConfig& t = c.train;
   at_least(t.steps, 0, "train.steps");

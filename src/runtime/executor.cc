@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <thread>
 #include <tuple>
 
 #include "core/check.h"
@@ -19,6 +20,13 @@ double ms_since(Clock::time_point t0) {
 }
 
 }  // namespace
+
+double Executor::compute_ms_since(Clock::time_point t0) const {
+  const double ms = ms_since(t0);
+  if (slowdown_ <= 1.0) return ms;
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>((slowdown_ - 1.0) * ms));
+  return ms_since(t0);
+}
 
 Executor::Executor(model::GptConfig config, const PipelineLayout& pipeline, int device,
                    std::map<int, std::shared_ptr<model::Layer>> layers, Transport* transport,
@@ -154,7 +162,7 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
       stats.loss += loss.item<double>() * rows_scale();
       x = loss * rows_scale();
     }
-    const double f_ms = ms_since(t0);
+    const double f_ms = compute_ms_since(t0);
     stats.compute_ms += f_ms;
     stats.chunk_ms[chunk][0] += f_ms;
     slot.output = x;
@@ -182,7 +190,7 @@ void Executor::forward(int chunk, int mb, const BatchFn& batch, StepStats& stats
     x = loss * scale;
     if (sharded_) slot.layer_io.back().second = x;
   }
-  const double f_ms = ms_since(t0);
+  const double f_ms = compute_ms_since(t0);
   stats.compute_ms += f_ms;
   stats.chunk_ms[chunk][0] += f_ms;
   slot.output = x;
@@ -221,7 +229,7 @@ void Executor::backward(int chunk, int mb, bool inputs_only, bool weights_only, 
   } else {
     torch::autograd::backward({slot.output}, grads);
   }
-  const double b_ms = ms_since(t0);
+  const double b_ms = compute_ms_since(t0);
   stats.compute_ms += b_ms;
   stats.chunk_ms[chunk][inputs_only ? 2 : weights_only ? 3 : 1] += b_ms;
   if (!weights_only && has_input_grad) {

@@ -29,6 +29,7 @@
 #include <torch/types.h>
 
 #include <array>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -87,9 +88,15 @@ class Executor {
   // hook sees "eval" before each forward, and nothing else.
   std::vector<double> run_forward(const BatchFn& batch);
   void set_hook(PhaseHook hook) { hook_ = std::move(hook); }
+  // Fault injection `slow` (elastic/inject.h): every forward and backward computation then takes
+  // `factor` (>= 1) times as long, the rest of it spent asleep, as on a slower device.
+  void set_slowdown(double factor) { slowdown_ = factor; }
 
  private:
   enum Dir { kForward = 0, kBackward = 1 };
+  // Milliseconds since t0 of a computation, stretched by the injected slowdown.
+  double compute_ms_since(std::chrono::steady_clock::time_point t0) const;
+  double slowdown_ = 1.0;
   struct Slot {              // one (chunk, microbatch) in flight
     torch::Tensor input;     // leaf; requires grad unless chunk 0
     torch::Tensor output;    // chunk output (last chunk: the scaled loss)

@@ -177,6 +177,8 @@ double Worker::evaluate() {
   return sum / static_cast<double>(losses.numel());
 }
 
+void Worker::set_slowdown(double factor) { executor_->set_slowdown(factor); }
+
 PreparedStep Worker::prepare(int step) {
   std::optional<double> val_loss;
   double eval_ms = 0.0;

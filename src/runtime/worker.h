@@ -76,6 +76,10 @@ class Worker {
   // changes no parameter, gradient or optimizer state. The hook sees "eval".
   double evaluate();
 
+  // Every later forward and backward computation takes `factor` times as long (fault injection
+  // `slow`, Executor::set_slowdown).
+  void set_slowdown(double factor);
+
   int rank() const { return rank_; }
   const RunLayout& layout() const { return layout_; }
   const model::GptConfig& model_config() const { return state_.model(); }

@@ -528,6 +528,15 @@ std::vector<Case> train_cases() {
       {"train_inject_no_such_node", with({"--elastic.inject=kill:node=9:step=0"}), 2,
        "name a node, device and step of this run"},
       {"train_inject_past_the_end", with({"--elastic.inject=kill:node=1:step=5"}), 2, "steps 0..0"},
+      {"train_inject_slow_factor_zero", with({"--elastic.inject=slow:node=1:factor=0"}), 2,
+       "factor must be a number >= 1"},
+      {"train_inject_slow_factor_negative", with({"--elastic.inject=slow:node=1:factor=-3"}), 2,
+       "factor must be a number >= 1"},
+      {"train_inject_slow_no_such_node", with({"--elastic.inject=slow:node=9:factor=2"}), 2,
+       "name a node, device and step of this run"},
+      {"train_slow_threshold_one", with({"--elastic.slow_threshold=1"}), 2,
+       "elastic.slow_threshold"},
+      {"train_slow_window_zero", with({"--elastic.slow_window=0"}), 2, "elastic.slow_window"},
       // Huge but legal: says its cost before it starts (here it then diverges at its first
       // step, injected).
       {"train_costly_says_so",
