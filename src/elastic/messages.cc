@@ -47,8 +47,11 @@ const Json& array_field(const Json& doc, const char* field, const std::string& k
 
 // An integer element of an array, in [lo, hi].
 int64_t element(const Json& v, const std::string& key, const char* what, int64_t lo, int64_t hi) {
+  // A non-negative JSON integer parses as unsigned: its lower bound is checked too (a range
+  // whose end is below its begin was accepted before; found by the store_messages fuzzer).
   if (!v.is_number_integer() ||
-      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+      (v.is_number_unsigned() && (v.get<uint64_t>() > static_cast<uint64_t>(hi) ||
+                                  static_cast<int64_t>(v.get<uint64_t>()) < lo)) ||
       (!v.is_number_unsigned() && (v.get<int64_t>() < lo || v.get<int64_t>() > hi))) {
     throw ConfigError(fmt::format("{}: {} {} is not an integer in [{}, {}]", where(key), what,
                                   v.dump(), lo, hi));
