@@ -9,7 +9,7 @@
 //
 // Limits (documented in docs/config.md, "Limits"):
 //   kMaxConfigBytes      1 MiB    TOML run config
-//   kMaxJsonBytes       64 MiB    profile, cluster, checkpoint sidecar JSON
+//   kMaxJsonBytes       64 MiB    profile, cluster, checkpoint sidecar JSON, Chrome trace
 //   kMaxTableBytes     256 MiB    schedule CSV, failure trace CSV
 //   kMaxCorpusBytes      4 GiB    a text corpus (file or directory, read into memory)
 //

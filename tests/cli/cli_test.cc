@@ -3,9 +3,12 @@
 // (coreutils `timeout`), so a hang fails the test instead of stalling the suite.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -44,7 +47,7 @@ nlohmann::json parse(const Result& r) {
 TEST(Cli, HelpListsEverySubcommand) {
   Result r = run("--help");
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* sub : {"plan", "schedule", "simulate", "profile", "data"})
+  for (const char* sub : {"plan", "schedule", "simulate", "profile", "data", "trace"})
     EXPECT_NE(r.out.find(sub), std::string::npos) << "missing subcommand " << sub << "\n" << r.out;
 }
 
@@ -78,6 +81,90 @@ TEST(Cli, BothExecutablesKnowTheSameCommands) {
 #else
   GTEST_SKIP() << "built without LibTorch";
 #endif
+}
+
+// `trace compare` on the simulator's own trace of `schedule`, turned into a measured trace of two
+// steps (train's format) whose device 0 forwards take 3x their prediction.
+TEST(Cli, TraceCompareReadsAMeasuredTraceAgainstTheSimulatedOne) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("bw_cli_trace_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string sim = (dir / "sim.json").string(), real = (dir / "real.json").string();
+  Result r = run("schedule --kind 1f1b --devices 2 --microbatches 3 --trace '" + sim + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json simulated;
+  std::ifstream(sim) >> simulated;
+  nlohmann::json events = nlohmann::json::array();
+  for (int step = 0; step < 2; ++step) {
+    for (const auto& e : simulated["traceEvents"]) {
+      if ((e["ph"] != "X" && e["ph"] != "i") || e["tid"].get<int>() >= 2) continue;
+      nlohmann::json x = {{"ph", "X"},         {"pid", 0},        {"tid", e["tid"]},
+                          {"name", e["name"]}, {"cat", e["cat"]}, {"args", {{"step", step}}}};
+      double dur = e["ph"] == "X"
+                       ? e["dur"].get<double>()
+                       : e["args"]["done_ms"].get<double>() * 1000 - e["ts"].get<double>();
+      if (e["cat"] == "F" && e["tid"] == 0) dur *= 3;
+      x["ts"] = e["ts"].get<double>() + step * 1e6;
+      x["dur"] = dur;
+      events.push_back(x);
+    }
+    events.push_back({{"ph", "X"},
+                      {"pid", 0},
+                      {"tid", 0},
+                      {"name", "OPTIMIZER"},
+                      {"cat", "optimizer"},
+                      {"ts", step * 1e6},
+                      {"dur", 100},
+                      {"args", {{"step", step}}}});
+  }
+  std::ofstream(real) << nlohmann::json{{"traceEvents", events}}.dump();
+
+  r = run("trace compare '" + real + "' '" + sim + "' --json --top 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = parse(r);
+  ASSERT_EQ(j["pipelines"].size(), 1u) << r.out;
+  const auto& p = j["pipelines"][0];
+  EXPECT_EQ(p["steps"], 2);
+  EXPECT_EQ(p["largest_gaps"].size(), 3u);
+  EXPECT_EQ(p["largest_gaps"][0]["device"], 0);  // a forward of device 0: 2 ms late
+  EXPECT_NEAR(p["largest_gaps"][0]["gap_ms"].get<double>(), 2.0, 1e-9);
+  int checked = 0;
+  for (const auto& k : p["classes"]) {
+    if (k["device"] == 0 && k["class"] == "F") {
+      EXPECT_NEAR(k["ratio"].get<double>(), 3.0, 1e-9);
+      EXPECT_EQ(k["per_step"].get<double>(), 3.0);
+      ++checked;
+    }
+    if (k["device"] == 1 && k["class"] == "B") {
+      EXPECT_NEAR(k["ratio"].get<double>(), 1.0, 1e-9);
+      ++checked;
+    }
+    if (k["class"] == "optimizer") {
+      EXPECT_TRUE(k["ratio"].is_null());
+      EXPECT_FALSE(k["simulated"].get<bool>());
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3) << r.out;
+
+  r = run("trace compare '" + real + "' '" + sim + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("not simulated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest gaps (5 of "), std::string::npos) << r.out;
+
+  r = run("trace compare '" + sim + "' '" + sim + "'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("this is a simulated trace"), std::string::npos) << r.out;
+  r = run("trace compare '" + real + "' '" + (dir / "missing.json").string() + "'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot open Chrome trace"), std::string::npos) << r.out;
+  r = run("schedule --kind gpipe --devices 2 --microbatches 3 --trace '" + sim + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("trace compare '" + real + "' '" + sim + "'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("a different schedule"), std::string::npos) << r.out;
+  fs::remove_all(dir);
 }
 
 TEST(Cli, UnknownSubcommandFails) {

@@ -776,10 +776,53 @@ std::vector<Case> data_cases() {
   };
 }
 
+// `trace compare`: special files, JSON that is not a trace, a trace of another schedule, numbers
+// of the wrong type, a full standard output.
+std::vector<Case> trace_cases() {
+  const std::string sim =
+      file("trace_sim.json",
+           R"({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "0F0", "cat": "F", "ts": 0,
+          "dur": 1000}, {"ph": "X", "pid": 0, "tid": 0, "name": "0B0", "cat": "B", "ts": 1000,
+          "dur": 2000}], "otherData": {"makespan_ms": 3, "devices": 1}})");
+  const std::string real =
+      file("trace_real.json",
+           R"({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "0F0", "cat": "F", "ts": 0,
+          "dur": 1500, "args": {"step": 0}}, {"ph": "X", "pid": 0, "tid": 0, "name": "0B0",
+          "cat": "B", "ts": 1500, "dur": 2500, "args": {"step": 0}}]})");
+  const std::string other =
+      file("trace_other.json",
+           R"({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "0F1", "cat": "F", "ts": 0,
+          "dur": 1500, "args": {"step": 0}}]})");
+  const std::string bad_dur =
+      file("trace_bad_dur.json",
+           R"({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "0F0", "cat": "F", "ts": 0,
+          "dur": -5, "args": {"step": 0}}]})");
+  const std::string t = "trace", c = "compare";
+  return {
+      {"trace_ok", {t, c, real, sim}, 0, "largest gaps", "", "error"},
+      {"trace_real_dev_zero", {t, c, "/dev/zero", sim}, 2, "character device"},
+      {"trace_sim_fifo", {t, c, real, fifo()}, 2, "FIFO"},
+      {"trace_real_dir", {t, c, "/tmp", sim}, 2, "directory"},
+      {"trace_not_json",
+       {t, c, file("trace_not_json.json", "{\"traceEvents\": ["), sim},
+       2,
+       "is not valid JSON"},
+      {"trace_not_a_trace",
+       {t, c, file("trace_list.json", "[1, 2]"), sim},
+       2,
+       "not a Chrome trace"},
+      {"trace_sim_not_simulated", {t, c, real, real}, 2, "not a simulated trace"},
+      {"trace_other_schedule", {t, c, other, sim}, 2, "device 0 ran 0F1"},
+      {"trace_negative_dur", {t, c, bad_dur, sim}, 2, "field 'dur' must be >= 0"},
+      {"trace_top_negative", {t, c, real, sim, "--top", "-1"}, 2, "--top must be in"},
+      {"trace_stdout_full", {t, c, real, sim, "--json"}, 2, "cannot write", "/dev/full"},
+  };
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> all;
-  for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(),
-                    data_cases(), measure_cases(), train_cases(), multihost_cases()}) {
+  for (auto part : {schedule_cases(), simulate_cases(), plan_cases(), profile_cases(), data_cases(),
+                    trace_cases(), measure_cases(), train_cases(), multihost_cases()}) {
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;
