@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value = bw::fuzz::text(data + 1, size - 1);
   using namespace bw::elastic;
   BW_FUZZ_EXPECT_CONFIG_ERRORS({
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
       case 0:
         (void)decode_exit_report(value, "node/0/exit/0");
         break;
@@ -40,6 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 6:
         (void)decode_registration(value, "reg/0");
         break;
+      case 7: {
+        const auto t = decode_rank_trace(value, "g0/trace/0/0");
+        for (const auto& s : t.spans) {
+          if (s.end_us < s.begin_us || s.begin_us < 0) std::abort();
+        }
+        // What a worker sends reads back.
+        if (bw::runtime::rank_trace_from_json(bw::runtime::to_json(t), "again").spans != t.spans) {
+          std::abort();
+        }
+        break;
+      }
     }
   });
   return 0;

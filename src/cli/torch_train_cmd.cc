@@ -97,9 +97,9 @@ constexpr double kWarnSeconds = 3600;
 
 void warn_if_costly(const runtime::RunConfig& config, const runtime::RunLayout& layout) {
   if (layout.generation != 0) return;
-  const auto model = model::resolve_config(config.model.family, config.model.name,
-                                           config.model.seq_len, config.model.init_from,
-                                           layout.vocab_size);
+  const auto model =
+      model::resolve_config(config.model.family, config.model.name, config.model.seq_len,
+                            config.model.init_from, layout.vocab_size);
   double replica_params = 0, model_params = 0;
   for (int l = 0; l < layout.num_layers; ++l) {
     const double n = static_cast<double>(model::num_parameters(model, l));
@@ -156,6 +156,14 @@ void print_event(const elastic::Event& e, bool tty) {
   if (e.kind == "node_lost") {
     fmt::print(stderr, "{}event: node {} lost at step {} (generation {}): {}\n", lead,
                fmt::join(e.nodes, ","), e.step, e.generation, e.cause);
+  } else if (e.kind == "rebalance") {
+    fmt::print(stderr, "{}event: rebalancing the batch after step {} (generation {}): {}\n", lead,
+               e.step + 1, e.generation, e.cause);
+  } else if (e.kind == "recovered" && e.cause == "rebalance") {
+    fmt::print(stderr,
+               "{}event: rebalanced in {:.0f} ms; plan {} -> {} (generation {}, resuming "
+               "at step {})\n",
+               lead, e.recovery_ms, e.old_plan, e.new_plan, e.generation, e.step);
   } else if (e.kind == "recovered") {
     fmt::print(stderr,
                "{}event: recovered from {} of node(s) {} in {:.0f} ms; plan {} -> {} (generation "
@@ -220,12 +228,18 @@ void print_summary(const elastic::RunSummary& s) {
                s.peak_rss_kb[r] / 1024.0, predicted, 100.0 * s.compute_share[r]);
   }
   for (const auto& x : s.slow_ranks) {
-    fmt::print("{:<28} rank {} (worker {}, generation {}): slow after {} step(s) from step {}, up "
-               "to {:.2f}x the median rank's compute per FLOP\n",
-               "slow rank", x.rank, x.worker, x.generation, x.steps, x.first_step + 1,
-               x.max_relative);
+    fmt::print(
+        "{:<28} rank {} (worker {}, generation {}): slow after {} step(s) from step {}, up "
+        "to {:.2f}x the median rank's compute per FLOP\n",
+        "slow rank", x.rank, x.worker, x.generation, x.steps, x.first_step + 1, x.max_relative);
   }
   fmt::print("{:<28} {}\n", "metrics", s.metrics_path);
+  if (!s.trace_path.empty()) {
+    fmt::print(
+        "{:<28} {} (open in Perfetto; `breakwater trace compare` it with `breakwater "
+        "schedule --trace`)\n",
+        "trace", s.trace_path);
+  }
   if (!s.checkpoint.empty()) fmt::print("{:<28} {}\n", "checkpoint", s.checkpoint);
   print_events(s.events);
   if (!s.sample.empty()) fmt::print("\nsample:\n{}\n", s.sample);
@@ -252,10 +266,10 @@ void add_train(CLI::App& app) {
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
     const auto config = runtime::load_run_config(args->config_path, overrides);
     if (cmd->count("--devices") > 0 && args->devices < 1) {
-      throw ConfigError(fmt::format(
-          "--devices must be >= 1, got {}; omit it to use cluster.nodes x "
-          "cluster.devices_per_node",
-          args->devices));
+      throw ConfigError(
+          fmt::format("--devices must be >= 1, got {}; omit it to use cluster.nodes x "
+                      "cluster.devices_per_node",
+                      args->devices));
     }
     if (args->devices > 0) runtime::validate_devices(config, args->devices);
     elastic::CoordinatorOptions options;

@@ -26,17 +26,18 @@
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/local_nodes.h"
+#include "elastic/messages.h"
 #include "elastic/metrics_sink.h"
 #include "elastic/net.h"
 #include "elastic/planning.h"
 #include "elastic/process.h"
 #include "elastic/remote_nodes.h"
-#include "model/flops.h"
 #include "elastic/shard_store.h"
 #include "elastic/slow_ranks.h"
 #include "elastic/store_host.h"
 #include "elastic/supervisor.h"
 #include "elastic/token.h"
+#include "model/flops.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
 #include "runtime/device.h"
@@ -45,6 +46,7 @@
 #include "runtime/out_dir_lock.h"
 #include "runtime/resume_check.h"
 #include "runtime/run_data.h"
+#include "runtime/trace_events.h"
 
 namespace bw::elastic {
 namespace fs = std::filesystem;
@@ -133,8 +135,7 @@ std::vector<double> rank_work(const runtime::RunLayout& layout, const model::Gpt
     for (int l : layout.layers_of(r)) flops += shape.layer_flops_per_token(l);
     const auto [pipeline, device] = layout.locate(r);
     const auto [first, end] = layout.sample_range(r);
-    work[r] = flops * layout.pipelines[pipeline].num_microbatches * (end - first) *
-              model.seq_len;
+    work[r] = flops * layout.pipelines[pipeline].num_microbatches * (end - first) * model.seq_len;
   }
   return work;
 }
@@ -254,76 +255,42 @@ std::string render_sample(const std::vector<int64_t>& tokens, int vocab_size) {
   return fmt::format("(token ids) {}", fmt::join(tokens, " "));
 }
 
-}  // namespace
+// --- run_training as an assembly: check_setup (everything knowable before a process starts),
+// RunReport (the run report through the metrics sinks), then one process (run_single_process)
+// or the cluster (run_cluster: store, nodes, supervisor), and the end-of-run sample.
 
-RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOptions& options) {
-  // The store's server writes to clients that may have died: EPIPE, not a SIGPIPE death.
-  signal(SIGPIPE, SIG_IGN);
-  const auto t_start = SteadyClock::now();
-  const bool remote = !options.listen.empty();
-  const std::string token = remote ? coordinator_token(given, true) : std::string();
-  runtime::RunConfig config = given;
-  config.elastic.run_token.clear();  // never published, saved or checkpointed
-  // Data and shapes first: a bad corpus is a clear error before any process starts.
-  const std::string data_path =
-      config.data.path.empty() ? data::default_corpus_path() : config.data.path;
-  const auto run_data = runtime::open_run_data(config.data);
-  const auto& dataset = run_data.dataset;
-  const auto model = runtime::resolve_run_model(config, run_data);
-  if (!model.init_from.empty()) runtime::hf_weights(model);  // a bad folder fails here, once
-  {
-    data::Sampler sampler(dataset, model.seq_len, static_cast<uint64_t>(config.data.seed));
-    sampler.require_global_batch(runtime::global_batch(config.pipeline));
-  }
-  // The validation split: there, of the training data's kind, and long enough.
-  if (config.train.eval_every > 0) {
-    runtime::open_validation(config, model.seq_len, dataset.vocab_size());
-  }
-  // Devices: every mistake is an error here, before any worker starts (runtime/device.h). A
-  // multi-host coordinator sees no GPU of the hosts: their agents and workers check there.
-  const int world = options.devices > 0 ? options.devices
-                                        : config.cluster.nodes * config.cluster.devices_per_node;
-  if (!remote) {  // every worker of a local run is on this host
-    runtime::check_devices(config.cluster, world, runtime::visible_gpus(),
-                           runtime::built_with_cuda());
-  }
-  if (remote && (options.devices > 0 || world < 2)) {
-    throw ConfigError(
-        fmt::format("a multi-host run needs at least 2 devices in all ({} node(s) of {}); raise "
-                    "--expect-nodes or cluster.devices_per_node",
-                    config.cluster.nodes, config.cluster.devices_per_node));
-  }
+// What a run needs, every part of it checked before any process starts or anything is shown.
+struct RunSetup {
+  runtime::RunConfig config;
+  bool remote = false;  // a multi-host run (options.listen)
+  std::string token;    // the run token of a multi-host run, never published
+  std::string data_path;
+  std::optional<runtime::RunData> run_data;
+  model::GptConfig model;
+  int world = 0;  // devices in all
+  std::vector<FaultSpec> faults;
+  PlanContext ctx;  // world > 1 only
+  RunPlan run;      // generation 0
+  std::vector<std::string> notes;
+  int first_step = 0;
+  std::string resume;  // the checkpoint generation 0 loads
+  SkipCount skips;     // non-finite steps skipped (one process; the supervisor keeps its own)
+  std::vector<int> trace_steps;
+  std::optional<runtime::OutDirLock> out_lock;  // one run per out_dir
+};
 
-  RunSummary summary;
-  const auto faults = parse_faults(config.elastic.inject);  // bad specs fail before any process
-  for (const auto& f : faults) {
-    if (world == 1 && (f.action != "nan" || f.node != 0 || f.device != 0)) {
+void check_faults(const RunSetup& s) {
+  const auto& config = s.config;
+  for (const auto& f : s.faults) {
+    if (s.world == 1 && (f.action != "nan" || f.node != 0 || f.device != 0)) {
       throw ConfigError(
           "elastic.inject in one process (--devices 1) takes only nan:node=0:step=S; the other "
           "faults need worker processes");
     }
   }
-  PlanContext ctx;
-  RunPlan run;
-  if (world == 1) {
-    run.layout = single_device_layout(config, model, 0);
-    run.workers = {0};
-  } else {
-    std::tie(ctx, run) = initial_plan(config, model, world);
-  }
-  for (const auto& pl : run.layout.pipelines) {  // the planner may shard stages from a profile
-    for (int w : pl.widths) {
-      if (model.tie_embeddings && w > 1) {
-        throw ConfigError(
-            "model.tie_embeddings does not combine with sharded stages, and the plan shards a "
-            "stage over several devices; give pipeline.profile a memory budget that fits one "
-            "device per stage, or use --model.tie_embeddings=false");
-      }
-    }
-  }
-  for (const auto& f : faults) {  // a fault that can never fire is a mistake, not a no-op
-    const int nodes = world == 1 ? 1 : ctx.cluster.num_nodes;
-    const int devices = world == 1 ? 1 : ctx.devices_per_node;
+  for (const auto& f : s.faults) {  // a fault that can never fire is a mistake, not a no-op
+    const int nodes = s.world == 1 ? 1 : s.ctx.cluster.num_nodes;
+    const int devices = s.world == 1 ? 1 : s.ctx.devices_per_node;
     if (f.node >= nodes || f.device >= devices ||
         (f.phase != "startup" && f.phase != "agent_startup" &&
          // The evaluation after the last step is at step = train.steps.
@@ -338,123 +305,249 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
                             : ""));
     }
   }
-  summary.layout = run.layout;
-  summary.notes = run.notes;
+}
 
-  int first_step = 0;
-  std::string resume;
-  SkipCount skips;  // non-finite steps skipped (one process; the supervisor keeps its own)
-  if (!config.train.resume.empty()) {
-    auto ckpt = runtime::load_checkpoint(config.train.resume);
-    check_checkpoint_matches(ckpt, model, config.model.seed, config.train.resume);
-    runtime::check_resume(config, ckpt.info, config.train.resume);
-    const auto& info = ckpt.info;
-    first_step = static_cast<int>(info.step);
-    resume = config.train.resume;
-    skips.total = recorded_count(info, "skipped_steps", config.train.resume);
-    skips.consecutive = recorded_count(info, "consecutive_skips", config.train.resume);
-    if (first_step >= config.train.steps) {
-      throw ConfigError(fmt::format(
-          "the checkpoint {} is at step {} but train.steps is {}; raise train.steps to continue",
-          config.train.resume, first_step, config.train.steps));
+// The resume position (train.resume), checked against the model and the config.
+void check_resume_position(RunSetup& s) {
+  const auto& config = s.config;
+  if (config.train.resume.empty()) return;
+  auto ckpt = runtime::load_checkpoint(config.train.resume);
+  check_checkpoint_matches(ckpt, s.model, config.model.seed, config.train.resume);
+  runtime::check_resume(config, ckpt.info, config.train.resume);
+  const auto& info = ckpt.info;
+  s.first_step = static_cast<int>(info.step);
+  s.resume = config.train.resume;
+  s.skips.total = recorded_count(info, "skipped_steps", config.train.resume);
+  s.skips.consecutive = recorded_count(info, "consecutive_skips", config.train.resume);
+  if (s.first_step >= config.train.steps) {
+    throw ConfigError(fmt::format(
+        "the checkpoint {} is at step {} but train.steps is {}; raise train.steps to continue",
+        config.train.resume, s.first_step, config.train.steps));
+  }
+}
+
+// Set-up checks: data and shapes, devices, faults, the plan, the resume position, the traced
+// steps, then out_dir (its lock, leftovers, config.toml). A ConfigError on the first problem.
+void check_setup(RunSetup& s, const runtime::RunConfig& given, const CoordinatorOptions& options) {
+  s.remote = !options.listen.empty();
+  s.token = s.remote ? coordinator_token(given, true) : std::string();
+  s.config = given;
+  s.config.elastic.run_token.clear();  // never published, saved or checkpointed
+  const auto& config = s.config;
+  // Data and shapes first: a bad corpus is a clear error before any process starts.
+  s.data_path = config.data.path.empty() ? data::default_corpus_path() : config.data.path;
+  s.run_data.emplace(runtime::open_run_data(config.data));
+  const auto& dataset = s.run_data->dataset;
+  s.model = runtime::resolve_run_model(config, *s.run_data);
+  if (!s.model.init_from.empty()) runtime::hf_weights(s.model);  // a bad folder fails here, once
+  {
+    data::Sampler sampler(dataset, s.model.seq_len, static_cast<uint64_t>(config.data.seed));
+    sampler.require_global_batch(runtime::global_batch(config.pipeline));
+  }
+  // The validation split: there, of the training data's kind, and long enough.
+  if (config.train.eval_every > 0) {
+    runtime::open_validation(config, s.model.seq_len, dataset.vocab_size());
+  }
+  // Devices: every mistake is an error here, before any worker starts (runtime/device.h). A
+  // multi-host coordinator sees no GPU of the hosts: their agents and workers check there.
+  s.world = options.devices > 0 ? options.devices
+                                : config.cluster.nodes * config.cluster.devices_per_node;
+  if (!s.remote) {  // every worker of a local run is on this host
+    runtime::check_devices(config.cluster, s.world, runtime::visible_gpus(),
+                           runtime::built_with_cuda());
+  }
+  if (s.remote && (options.devices > 0 || s.world < 2)) {
+    throw ConfigError(
+        fmt::format("a multi-host run needs at least 2 devices in all ({} node(s) of {}); raise "
+                    "--expect-nodes or cluster.devices_per_node",
+                    config.cluster.nodes, config.cluster.devices_per_node));
+  }
+  s.faults = parse_faults(config.elastic.inject);  // bad specs fail before any process
+  if (s.world == 1) {
+    s.run.layout = single_device_layout(config, s.model, 0);
+    s.run.workers = {0};
+  } else {
+    std::tie(s.ctx, s.run) = initial_plan(config, s.model, s.world);
+  }
+  for (const auto& pl : s.run.layout.pipelines) {  // the planner may shard stages from a profile
+    for (int w : pl.widths) {
+      if (s.model.tie_embeddings && w > 1) {
+        throw ConfigError(
+            "model.tie_embeddings does not combine with sharded stages, and the plan shards a "
+            "stage over several devices; give pipeline.profile a memory budget that fits one "
+            "device per stage, or use --model.tie_embeddings=false");
+      }
     }
   }
-
+  check_faults(s);
+  s.notes = s.run.notes;
+  if (config.elastic.rebalance && s.run.layout.pipelines.size() < 2) {
+    s.notes.push_back(
+        "elastic.rebalance re-fits the batch split across pipelines, and this plan has one "
+        "pipeline: nothing to rebalance unless a join adds one");
+  }
+  check_resume_position(s);
+  // train.trace_steps: steps this run (from first_step on) will run.
+  s.trace_steps = runtime::parse_trace_steps(config.train.trace_steps, config.train.steps);
+  if (!s.trace_steps.empty() && s.trace_steps.front() < s.first_step) {
+    throw ConfigError(fmt::format(
+        "train.trace_steps names step {}, but this run resumes from {} at step {} and runs "
+        "steps {}..{}; trace steps of this run",
+        s.trace_steps.front(), config.train.resume, s.first_step, s.first_step,
+        config.train.steps - 1));
+  }
   // One run per out_dir: a second one is refused with the first one's pid.
-  const auto out_lock = runtime::OutDirLock::acquire(config.train.out_dir);
+  s.out_lock.emplace(runtime::OutDirLock::acquire(config.train.out_dir));
   runtime::remove_partial_checkpoints(config.train.out_dir);  // leftovers of an interrupted run
   io::write_file((fs::path(config.train.out_dir) / "config.toml").string(),
                  runtime::to_toml(config, /*with_comments=*/false), "resolved config");
-  summary.metrics_path = (fs::path(config.train.out_dir) / "metrics.jsonl").string();
-  Metrics metrics(summary.metrics_path, first_step > 0);
-  std::unique_ptr<TensorBoardSink> tensorboard;
-  if (config.train.tensorboard) {
-    tensorboard = std::make_unique<TensorBoardSink>((fs::path(config.train.out_dir) / "tb").string());
-  }
-  // Everything knowable before the run starts (data, plan, faults, resume, out_dir and its lock,
-  // the first writes there) has been checked: only now is the plan shown (docs/cli.md).
-  if (options.on_plan) options.on_plan(summary.layout, summary.notes);
+}
 
-  const int steps = config.train.steps;
-  const double tokens_per_step =
-      static_cast<double>(runtime::global_batch(config.pipeline)) * model.seq_len;
-  summary.first_step = first_step;
+// The run report: every committed step and event goes to the metrics sinks (metrics.jsonl,
+// TensorBoard, the caller's progress line), with the rates, slow ranks, memory, the traced steps
+// and the summary they add up to.
+class RunReport {
+ public:
+  RunReport(const RunSetup& setup, const CoordinatorOptions& options)
+      : setup_(setup),
+        options_(options),
+        metrics_((fs::path(setup.config.train.out_dir) / "metrics.jsonl").string(),
+                 setup.first_step > 0),
+        precision_(runtime::run_precision(setup.config.train, setup.config.cluster)),
+        tokens_per_step_(static_cast<double>(runtime::global_batch(setup.config.pipeline)) *
+                         setup.model.seq_len),
+        slow_(setup.config.elastic.slow_threshold, setup.config.elastic.slow_window) {
+    const auto& out_dir = setup.config.train.out_dir;
+    summary.metrics_path = (fs::path(out_dir) / "metrics.jsonl").string();
+    if (setup.config.train.tensorboard) {
+      tensorboard_ = std::make_unique<TensorBoardSink>((fs::path(out_dir) / "tb").string());
+    }
+    summary.layout = setup.run.layout;
+    summary.notes = setup.notes;
+    summary.first_step = setup.first_step;
+  }
+
+  RunSummary summary;
+
   // Model FLOPs and the devices' peak (model/flops.h): a CPU's peak is measured here, before
-  // the workers start, on as many threads as one worker computes with.
-  const auto precision = runtime::run_precision(config.train, config.cluster);
-  summary.precision = model::precision_name(precision);
-  summary.flops_per_token = model::flops_per_token(model);
-  if (config.cluster.device == "cpu" && precision == model::Precision::kBf16 &&
-      !model::cpu_has_native_bf16()) {
-    summary.notes.push_back(
-        "train.precision = \"bf16\" on a CPU without AVX512-BF16 or AMX-BF16: bf16 matmuls are "
-        "emulated (slow path, slower than fp32); use fp32 on this machine for speed");
-  }
-  if (config.cluster.device == "cuda" && !remote) {
-    const auto peak = model::peak_from_table(runtime::gpu_name(runtime::gpu_of(config.cluster, 0)),
-                                             precision);
+  // the workers start, on as many threads as one worker computes with. The loop's clock starts.
+  void start_loop() {
+    const auto& config = setup_.config;
+    summary.precision = model::precision_name(precision_);
+    summary.flops_per_token = model::flops_per_token(setup_.model);
+    if (config.cluster.device == "cpu" && precision_ == model::Precision::kBf16 &&
+        !model::cpu_has_native_bf16()) {
+      summary.notes.push_back(
+          "train.precision = \"bf16\" on a CPU without AVX512-BF16 or AMX-BF16: bf16 matmuls are "
+          "emulated (slow path, slower than fp32); use fp32 on this machine for speed");
+    }
+    const auto peak = config.cluster.device == "cuda" && !setup_.remote
+                          ? model::peak_from_table(
+                                runtime::gpu_name(runtime::gpu_of(config.cluster, 0)), precision_)
+                          : model::measure_cpu_peak(precision_, config.train.threads_per_worker);
     summary.peak_flops_per_device = peak.flops_per_s;
     summary.peak_source = peak.source;
-  } else {
-    const auto peak = model::measure_cpu_peak(precision, config.train.threads_per_worker);
-    summary.peak_flops_per_device = peak.flops_per_s;
-    summary.peak_source = peak.source;
+    t_loop_ = SteadyClock::now();
   }
-  const auto t_loop = SteadyClock::now();
-  SlowRanks slow(config.elastic.slow_threshold, config.elastic.slow_window);
-  int slow_generation = -1;       // the generation `slow` judges
-  std::vector<int> slow_workers;  // its rank -> worker
-  auto judge_slow_ranks = [&](StepSummary& s) {
-    if (s.generation != slow_generation || s.reports.size() < 2) return;
-    std::vector<double> compute_ms(s.reports.size(), 0.0);
-    for (const auto& r : s.reports) {
-      if (r.rank >= 0 && r.rank < static_cast<int>(compute_ms.size())) {
-        compute_ms[r.rank] = r.compute_ms;
-      }
-    }
-    if (compute_ms.size() != slow.relative().size() || !slow.judged()) return;
-    slow.add(compute_ms);
-    s.relative_compute = slow.relative();
-    s.slow_ranks = slow.slow();
-    for (int r : s.slow_ranks) {
-      auto it = std::find_if(summary.slow_ranks.begin(), summary.slow_ranks.end(),
-                             [&](const SlowRank& x) {
-                               return x.generation == s.generation && x.rank == r;
-                             });
-      if (it == summary.slow_ranks.end()) {
-        SlowRank x;
-        x.generation = s.generation;
-        x.rank = r;
-        x.worker = r < static_cast<int>(slow_workers.size()) ? slow_workers[r] : -1;
-        x.first_step = s.step;
-        summary.slow_ranks.push_back(x);
-        it = summary.slow_ranks.end() - 1;
-      }
-      ++it->steps;
-      it->max_relative = std::max(it->max_relative, s.relative_compute[r]);
-    }
-  };
-  auto judge_plan = [&](const RunPlan& p) {
-    slow.reset(rank_work(p.layout, model));
-    slow_generation = p.layout.generation;
-    slow_workers = p.workers;
-  };
-  double timed_s = 0;
-  int timed_steps = 0;
-  auto record_step = [&](StepSummary s) {
+
+  // A generation's plan (the first one included): slow ranks and traces follow it.
+  void plan(const RunPlan& p) {
+    slow_.reset(rank_work(p.layout, setup_.model));
+    slow_generation_ = p.layout.generation;
+    slow_workers_ = p.workers;
+    runtime::TracedStep t;
+    t.generation = p.layout.generation;
+    for (const auto& pl : p.layout.pipelines) t.pipeline_kinds.push_back(pl.schedule.kind);
+    for (int r = 0; r < p.layout.world_size(); ++r) t.rank_at.push_back(p.layout.locate(r));
+    t.workers = p.workers;
+    traced_plans_[p.layout.generation] = std::move(t);
+    summary.layout = p.layout;
+    summary.generations = p.layout.generation + 1;
+    if (p.layout.generation > 0 && options_.on_plan) options_.on_plan(p.layout, p.notes);
+  }
+
+  void step(StepSummary s) {
+    const int steps = setup_.config.train.steps;
+    const int first_step = setup_.first_step;
     s.steps = steps;
-    s.tokens_per_s = tokens_per_step / std::max(s.step_s, 1e-9);
+    s.tokens_per_s = tokens_per_step_ / std::max(s.step_s, 1e-9);
     s.flops_per_s = s.tokens_per_s * summary.flops_per_token;
     s.mfu = s.flops_per_s / std::max(1.0, summary.peak_flops_per_device * std::max(1, s.world));
-    s.elapsed_s = std::chrono::duration<double>(SteadyClock::now() - t_loop).count();
+    s.elapsed_s = std::chrono::duration<double>(SteadyClock::now() - t_loop_).count();
     // The first step includes start-up (process launch, connections); leave it out of rates.
     if (s.step > first_step || steps - first_step == 1) {
-      timed_s += s.step_s;
-      ++timed_steps;
+      timed_s_ += s.step_s;
+      ++timed_steps_;
     }
-    const double mean_s = timed_steps > 0 ? timed_s / timed_steps : s.step_s;
+    const double mean_s = timed_steps_ > 0 ? timed_s_ / timed_steps_ : s.step_s;
     s.eta_s = mean_s * (steps - s.step - 1);
-    // The copies of a tied matrix (model.tie_embeddings) ran the step with the same bits.
+    check_tied_copies(s);
+    record_memory(s);
+    if (s.skipped) summary.skipped_steps.push_back(s.step);
+    if (s.step == first_step) summary.first_loss = s.loss;
+    if (!s.skipped) summary.final_loss = s.loss;
+    if (s.val_loss) {
+      summary.final_val_loss = s.val_loss;
+      summary.final_val_step = s.step + 1;
+    }
+    judge_slow_ranks(s);
+    if (std::binary_search(setup_.trace_steps.begin(), setup_.trace_steps.end(), s.step)) {
+      auto it = traced_plans_.find(s.generation);
+      BW_CHECK(it != traced_plans_.end(), "traced step {} of generation {} has no plan", s.step,
+               s.generation);
+      traced_.push_back(it->second);
+      traced_.back().step = s.step;
+    }
+    metrics_.step(s);
+    if (tensorboard_) tensorboard_->step(s);
+    if (options_.on_step) options_.on_step(s);
+  }
+
+  void event(const Event& e) {
+    summary.events.push_back(e);
+    metrics_.event(e);
+    if (tensorboard_) tensorboard_->event(e);
+    if (options_.on_event) options_.on_event(e);
+  }
+
+  runtime::CheckpointInfo checkpoint_info(int steps_done, const RunPlan& plan,
+                                          SkipCount skipped) const {
+    const auto& config = setup_.config;
+    runtime::CheckpointInfo info;
+    info.step = steps_done;
+    info.next_sample = int64_t{steps_done} * runtime::global_batch(config.pipeline);
+    info.config_toml = runtime::to_toml(config);
+    info.extra = {{"generation", plan.layout.generation},
+                  {"layout", runtime::to_json(plan.layout)},
+                  {"skipped_steps", skipped.total},
+                  {"consecutive_skips", skipped.consecutive}};
+    if (auto tied = runtime::tied_record(setup_.model); !tied.is_null()) info.extra["tied"] = tied;
+    return info;
+  }
+
+  // The committed traced steps, in order; each rank's record is added to them.
+  std::vector<runtime::TracedStep>& traced() { return traced_; }
+  void write_trace(bool one_host) {
+    if (setup_.trace_steps.empty()) return;
+    summary.trace_path = (fs::path(setup_.config.train.out_dir) / "trace.json").string();
+    io::write_file(summary.trace_path, runtime::merged_chrome_trace(traced_, one_host),
+                   "the trace of the run");
+  }
+
+  // The run's totals once its last step committed.
+  void finish() {
+    const int steps = setup_.config.train.steps;
+    summary.steps_done = steps - setup_.first_step;
+    for (auto& share : summary.compute_share) share /= std::max(1, summary.steps_done);
+    summary.tokens_per_s = timed_steps_ > 0 ? tokens_per_step_ * timed_steps_ / timed_s_ : 0.0;
+    summary.flops_per_s = summary.tokens_per_s * summary.flops_per_token;
+    summary.mfu = summary.flops_per_s / std::max(1.0, summary.peak_flops_per_device *
+                                                          std::max(1, summary.layout.world_size()));
+  }
+
+ private:
+  // The copies of a tied matrix (model.tie_embeddings) ran the step with the same bits.
+  static void check_tied_copies(const StepSummary& s) {
     std::map<std::string, std::pair<int, int64_t>> tied_first;  // group -> (rank, checksum)
     for (const auto& r : s.reports) {
       for (const auto& [group, sums] : r.tied) {
@@ -467,14 +560,18 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
         }
       }
     }
-    if (s.generation == summary.layout.generation) {  // the estimate of the layout that ran
+  }
+
+  // Each rank's peak RSS and compute share, and the planner's estimate for the layout that ran.
+  void record_memory(const StepSummary& s) {
+    if (s.generation == summary.layout.generation) {
       summary.predicted_bytes.assign(s.reports.size(), 0.0);
       for (const auto& r : s.reports) {
         if (r.rank < 0 || r.rank >= summary.layout.world_size()) continue;
         const auto [p, d] = summary.layout.locate(r.rank);
         summary.predicted_bytes[r.rank] =
-            estimate_device_bytes(summary.layout, model, p, d, config.pipeline.recompute == "full",
-                                  precision);
+            estimate_device_bytes(summary.layout, setup_.model, p, d,
+                                  setup_.config.pipeline.recompute == "full", precision_);
       }
     }
     if (summary.peak_rss_kb.size() < s.reports.size()) {
@@ -485,331 +582,403 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
       summary.peak_rss_kb[r.rank] = std::max(summary.peak_rss_kb[r.rank], r.peak_rss_kb);
       summary.compute_share[r.rank] += r.compute_ms / std::max(r.step_ms, 1e-9);
     }
-    if (s.skipped) summary.skipped_steps.push_back(s.step);
-    if (s.step == first_step) summary.first_loss = s.loss;
-    if (!s.skipped) summary.final_loss = s.loss;
-    if (s.val_loss) {
-      summary.final_val_loss = s.val_loss;
-      summary.final_val_step = s.step + 1;
-    }
-    judge_slow_ranks(s);
-    metrics.step(s);
-    if (tensorboard) tensorboard->step(s);
-    if (options.on_step) options.on_step(s);
-  };
-  auto checkpoint_info = [&](int steps_done, const RunPlan& plan, SkipCount skipped) {
-    runtime::CheckpointInfo info;
-    info.step = steps_done;
-    info.next_sample = int64_t{steps_done} * runtime::global_batch(config.pipeline);
-    info.config_toml = runtime::to_toml(config);
-    info.extra = {{"generation", plan.layout.generation},
-                  {"layout", runtime::to_json(plan.layout)},
-                  {"skipped_steps", skipped.total},
-                  {"consecutive_skips", skipped.consecutive}};
-    if (auto tied = runtime::tied_record(model); !tied.is_null()) info.extra["tied"] = tied;
-    return info;
-  };
+  }
 
-  torch::set_num_threads(std::max(1, config.train.threads_per_worker));
-  StopSignals stop_signals;
-  if (world == 1) {
-    const auto placement = runtime::worker_placement(config.train, config.cluster, 0);
-    if (placement.cuda()) runtime::use_device(placement.device);
-    runtime::ModelState state(config.train, model, static_cast<uint64_t>(config.model.seed),
-                              placement);
-    state.keep_only(run.layout.layers_of(0));
-    state.steps_done = first_step;
-    state.steps_skipped = skips.total;
-    // Fault injection in one process: `nan` only (node 0, device 0), once per spec.
-    int cur_step = first_step;
-    std::vector<bool> fired(faults.size(), false);
-    runtime::PhaseHook hook = [&](const char* phase) {
-      for (size_t i = 0; i < faults.size(); ++i) {
-        if (!fired[i] && faults[i].step == cur_step && faults[i].phase == phase) {
-          fired[i] = true;
-          poison_gradients(state.layer_map());
-        }
+  void judge_slow_ranks(StepSummary& s) {
+    if (s.generation != slow_generation_ || s.reports.size() < 2) return;
+    std::vector<double> compute_ms(s.reports.size(), 0.0);
+    for (const auto& r : s.reports) {
+      if (r.rank >= 0 && r.rank < static_cast<int>(compute_ms.size())) {
+        compute_ms[r.rank] = r.compute_ms;
       }
-    };
-    runtime::Worker worker(config, run.layout, 0, state, nullptr, {}, hook);
-    if (!resume.empty()) {
-      auto ckpt = runtime::load_checkpoint(resume);
-      worker.load_state(ckpt.weights, &ckpt.optimizer);
     }
-    auto t_prev = SteadyClock::now();
-    for (int step = first_step; step < steps; ++step) {
-      cur_step = step;
-      auto prepared = worker.prepare(step);
-      auto& report = prepared.report;
-      const bool finite = std::isfinite(report.loss) && std::isfinite(report.grad_norm);
-      const bool skip_policy = config.train.nonfinite == "skip";
-      if (!finite && (!skip_policy || skips.consecutive >= config.train.skip_limit)) {
-        const auto last = runtime::latest_checkpoint(config.train.out_dir);
-        throw ConfigError(fmt::format(
-            "training diverged at step {}: the loss is {} and the gradient norm {}{}; the step "
-            "was not applied. {}; lower train.lr, raise train.warmup_steps or tighten "
-            "train.grad_clip",
-            step, report.loss, report.grad_norm,
-            skip_policy ? fmt::format(" after {} skipped steps in a row (train.skip_limit)",
-                                      skips.consecutive)
-                        : std::string(),
-            last.empty() ? std::string("There is no checkpoint")
-                         : fmt::format("The last good checkpoint is {}: resume with "
-                                       "--train.resume={}",
-                                       last, last)));
+    if (compute_ms.size() != slow_.relative().size() || !slow_.judged()) return;
+    slow_.add(compute_ms);
+    s.relative_compute = slow_.relative();
+    s.slow_ranks = slow_.slow();
+    for (int r : s.slow_ranks) {
+      auto it = std::find_if(
+          summary.slow_ranks.begin(), summary.slow_ranks.end(),
+          [&](const SlowRank& x) { return x.generation == s.generation && x.rank == r; });
+      if (it == summary.slow_ranks.end()) {
+        SlowRank x;
+        x.generation = s.generation;
+        x.rank = r;
+        x.worker = r < static_cast<int>(slow_workers_.size()) ? slow_workers_[r] : -1;
+        x.first_step = s.step;
+        summary.slow_ranks.push_back(x);
+        it = summary.slow_ranks.end() - 1;
       }
-      if (finite) {
-        worker.apply(step, prepared);
-        skips.consecutive = 0;
-      } else {  // the same decision the supervisor makes for workers
-        worker.skip(step);
-        skips.total += 1;
-        skips.consecutive += 1;
-      }
-      if (g_signals > 0 && step + 1 < steps) {
-        const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
-        runtime::write_shard(worker, dir);
-        const auto sidecar = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run, skips));
-        throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
-                                      sidecar, resume_hint(sidecar)));
-      }
-      if (runtime::checkpoint_due(config.train, step)) {
-        const auto dir = runtime::checkpoint_dir(config.train.out_dir, step + 1);
-        runtime::write_shard(worker, dir);
-        summary.checkpoint = runtime::merge_shards(dir, 1, checkpoint_info(step + 1, run, skips));
-      }
-      StepSummary s;
-      s.step = step;
-      s.loss = report.loss;
-      s.grad_norm = report.grad_norm;
-      s.lr = report.lr;
-      s.world = 1;
-      s.samples = samples_digest(report.samples);
-      s.skipped = !finite;
-      s.skipped_total = skips.total;
-      if (runtime::eval_due(config.train, step + 1)) {
-        const auto t_eval = SteadyClock::now();
-        s.val_loss = worker.evaluate();
-        s.eval_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t_eval).count();
-      }
-      const auto now = SteadyClock::now();
-      s.step_s = std::chrono::duration<double>(now - t_prev).count();
-      t_prev = now;
-      s.reports = {report};
-      record_step(std::move(s));
+      ++it->steps;
+      it->max_relative = std::max(it->max_relative, s.relative_compute[r]);
     }
-  } else {
-    // Local runs listen on loopback only; multi-host runs where told (store_host.h).
-    HostPort listen{"127.0.0.1", config.elastic.store_port};
-    if (remote) listen = parse_host_port(options.listen, "--listen");
-    const auto store = host_store(
-        listen.host, listen.port,
-        std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
-    const auto toml = runtime::to_toml(config);
-    store->set(keys::config(), std::vector<uint8_t>(toml.begin(), toml.end()));
-    // Local workers share this filesystem and write and read checkpoints themselves, in
-    // parallel; across hosts nothing is assumed shared and checkpoints pass through the store.
-    const bool via_store = remote;
-    const std::string io_mode = via_store ? "store" : "files";
-    store->set(keys::checkpoint_io(), std::vector<uint8_t>(io_mode.begin(), io_mode.end()));
-    const std::string per_host = std::to_string(
-        remote ? ctx.devices_per_node : ctx.cluster.num_nodes * ctx.devices_per_node);
-    store->set(keys::workers_per_host(), std::vector<uint8_t>(per_host.begin(), per_host.end()));
-    const std::string exe = options.executable.empty() ? self_executable() : options.executable;
-    std::unique_ptr<LocalNodes> local;
-    std::unique_ptr<RemoteNodes> hosts;
-    // Across hosts nothing of train.out_dir or train.resume is read or written by another
-    // process: the resume state goes out and checkpoint shards come back through the store
-    // (shard_store.h).
-    const int num_layers = model::num_layers(model);
-    if (!resume.empty() && via_store) {
-      const auto bytes = put_resume(*store, runtime::load_checkpoint(resume), num_layers);
-      runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
-                   io::human_bytes(bytes), resume);
+  }
+
+  const RunSetup& setup_;
+  const CoordinatorOptions& options_;
+  Metrics metrics_;
+  std::unique_ptr<TensorBoardSink> tensorboard_;
+  model::Precision precision_;
+  double tokens_per_step_;
+  SteadyClock::time_point t_loop_ = SteadyClock::now();
+  SlowRanks slow_;
+  int slow_generation_ = -1;                         // the generation `slow_` judges
+  std::vector<int> slow_workers_;                    // its rank -> worker
+  std::map<int, runtime::TracedStep> traced_plans_;  // generation -> its pipelines and ranks
+  std::vector<runtime::TracedStep> traced_;
+  double timed_s_ = 0;
+  int timed_steps_ = 0;
+};
+
+// The whole model in this process (--devices 1): the same step, verdict and report as a
+// cluster's, with no store.
+void run_single_process(RunSetup& setup, RunReport& report) {
+  const auto& config = setup.config;
+  const int steps = config.train.steps;
+  auto& skips = setup.skips;
+  const auto placement = runtime::worker_placement(config.train, config.cluster, 0);
+  if (placement.cuda()) runtime::use_device(placement.device);
+  runtime::ModelState state(config.train, setup.model, static_cast<uint64_t>(config.model.seed),
+                            placement);
+  state.keep_only(setup.run.layout.layers_of(0));
+  state.steps_done = setup.first_step;
+  state.steps_skipped = skips.total;
+  // Fault injection in one process: `nan` only (node 0, device 0), once per spec.
+  int cur_step = setup.first_step;
+  std::vector<bool> fired(setup.faults.size(), false);
+  runtime::PhaseHook hook = [&](const char* phase) {
+    for (size_t i = 0; i < setup.faults.size(); ++i) {
+      const auto& f = setup.faults[i];
+      if (!fired[i] && f.step == cur_step && f.phase == phase) {
+        fired[i] = true;
+        poison_gradients(state.layer_map());
+      }
     }
-    if (remote) {
-      hosts =
-          std::make_unique<RemoteNodes>(store, token, ctx.cluster.num_nodes, ctx.devices_per_node);
-      hosts->require_data(data_path, dataset.content_digest());
-      if (options.on_listen) options.on_listen(listen.host, store->getPort());
-      hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
+  };
+  runtime::Worker worker(config, setup.run.layout, 0, state, nullptr, {}, hook);
+  report.plan(setup.run);
+  if (!setup.resume.empty()) {
+    auto ckpt = runtime::load_checkpoint(setup.resume);
+    worker.load_state(ckpt.weights, &ckpt.optimizer);
+  }
+  auto write_checkpoint = [&](int steps_done) {
+    const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
+    runtime::write_shard(worker, dir);
+    return runtime::merge_shards(dir, 1, report.checkpoint_info(steps_done, setup.run, skips));
+  };
+  auto t_prev = SteadyClock::now();
+  for (int step = setup.first_step; step < steps; ++step) {
+    cur_step = step;
+    auto prepared = worker.prepare(step);
+    auto& r = prepared.report;
+    const SkipCount before = skips;
+    const StepVerdict verdict = judge_step(config.train, r.loss, r.grad_norm, skips);
+    if (verdict == StepVerdict::kStop) {  // the rule the supervisor applies (nonfinite.h)
+      throw ConfigError(divergence_message(config.train, step, r.loss, r.grad_norm, before));
+    }
+    const bool finite = verdict == StepVerdict::kApply;
+    if (finite) {
+      worker.apply(step, prepared);
     } else {
-      local =
-          std::make_unique<LocalNodes>(exe, "127.0.0.1", store->getPort(), ctx.devices_per_node);
+      worker.skip(step);
     }
-    Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
-    // The run is over: local agents are killed, remote ones told (they exit by themselves).
-    auto end_nodes = [&](const std::string& how) {
-      if (local) local->kill_all();
-      if (hosts) hosts->end_run(how, 5000);
-    };
-    SystemClock clock;
-    SupervisorOptions so;
-    so.steps = steps;
-    so.first_step = first_step;
-    so.resume = resume;
-    so.skipped = skips.total;
-    so.consecutive_skips = skips.consecutive;
-    so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
-    so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
-    // Remote agents come back by themselves (after rejoin_after_s of their own).
-    so.rejoin_after_ms = remote ? 0 : config.elastic.rejoin_after_s * 1000;
-    agent_startup(so, remote, ctx.cluster.num_nodes, ctx.devices_per_node);
-    so.stop_grace_ms = std::max(2000.0, so.heartbeat_timeout_ms);
-    Supervisor sup(store, clock, nodes, ctx, run, so);
-    bool resume_published = !resume.empty();
-    sup.on_step = [&](const StepRecord& r) {
-      if (resume_published) {
-        // A committed step: no later generation loads train.resume (supervisor.cc, publish).
-        erase_resume(*store, num_layers);
-        resume_published = false;
-      }
-      StepSummary s;
-      s.step = r.step;
-      s.loss = r.loss;
-      s.grad_norm = r.grad_norm;
-      s.lr = r.lr;
-      s.step_s = r.step_s;
-      s.generation = r.generation;
-      s.world = r.world;
-      s.samples = r.samples;
-      s.skipped = r.skipped;
-      s.skipped_total = r.skipped_total;
-      s.val_loss = r.val_loss;
-      s.eval_ms = r.eval_ms;
-      s.reports = r.reports;
-      record_step(std::move(s));
-    };
-    sup.on_event = [&](const Event& e) {
-      summary.events.push_back(e);
-      metrics.event(e);
-      if (tensorboard) tensorboard->event(e);
-      if (options.on_event) options.on_event(e);
-    };
-    sup.on_plan = [&](const RunPlan& p) {
-      judge_plan(p);
-      summary.layout = p.layout;
-      summary.generations = p.layout.generation + 1;
-      if (p.layout.generation > 0 && options.on_plan) options.on_plan(p.layout, p.notes);
-    };
-    sup.on_checkpoint = [&](int steps_done, int shards, const RunPlan& p,
-                            const std::string& prefix) {
-      const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
-      try {
-        if (via_store) receive_shards(*store, prefix, shards, dir);
-      } catch (...) {
-        std::error_code ec;
-        fs::remove_all(runtime::staging_dir(dir), ec);
-        erase_shards(*store, prefix, shards);
-        throw;
-      }
-      summary.checkpoint = runtime::merge_shards(
-          dir, shards, checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
-      return summary.checkpoint;
-    };
-    sup.on_checkpoint_dropped = [&](const std::string& prefix, int shards) {
+    if (g_signals > 0 && step + 1 < steps) {
+      const auto sidecar = write_checkpoint(step + 1);
+      throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
+                                    sidecar, resume_hint(sidecar)));
+    }
+    if (runtime::checkpoint_due(config.train, step)) {
+      report.summary.checkpoint = write_checkpoint(step + 1);
+    }
+    StepSummary s;
+    s.step = step;
+    s.loss = r.loss;
+    s.grad_norm = r.grad_norm;
+    s.lr = r.lr;
+    s.world = 1;
+    s.samples = samples_digest(r.samples);
+    s.skipped = !finite;
+    s.skipped_total = skips.total;
+    if (runtime::eval_due(config.train, step + 1)) {
+      const auto t_eval = SteadyClock::now();
+      s.val_loss = worker.evaluate();
+      s.eval_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t_eval).count();
+    }
+    const auto now = SteadyClock::now();
+    s.step_s = std::chrono::duration<double>(now - t_prev).count();
+    t_prev = now;
+    s.reports = {r};
+    report.step(std::move(s));
+    if (worker.traced(step)) report.traced().back().ranks.push_back(worker.take_trace(step));
+  }
+  report.write_trace(true);
+}
+
+// The supervisor's settings from the run's config (docs/elastic.md "The supervisor").
+SupervisorOptions supervisor_options(const RunSetup& setup) {
+  const auto& config = setup.config;
+  SupervisorOptions so;
+  so.steps = config.train.steps;
+  so.first_step = setup.first_step;
+  so.resume = setup.resume;
+  so.skipped = setup.skips.total;
+  so.consecutive_skips = setup.skips.consecutive;
+  so.rebalance = config.elastic.rebalance;
+  so.rebalance_gain = config.elastic.rebalance_gain;
+  so.rebalance_window = config.elastic.slow_window;
+  so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
+  so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
+  // Remote agents come back by themselves (after rejoin_after_s of their own).
+  so.rejoin_after_ms = setup.remote ? 0 : config.elastic.rejoin_after_s * 1000;
+  agent_startup(so, setup.remote, setup.ctx.cluster.num_nodes, setup.ctx.devices_per_node);
+  so.stop_grace_ms = std::max(2000.0, so.heartbeat_timeout_ms);
+  return so;
+}
+
+// The supervisor's steps, events, plans and checkpoints, into the report and out_dir.
+void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
+                        const c10::intrusive_ptr<c10d::TCPStore>& store, bool via_store) {
+  const auto& config = setup.config;
+  const int num_layers = model::num_layers(setup.model);
+  auto resume_published = std::make_shared<bool>(!setup.resume.empty());
+  sup.on_step = [&report, store, resume_published, num_layers](const StepRecord& r) {
+    if (*resume_published) {
+      // A committed step: no later generation loads train.resume (supervisor.cc, publish).
+      erase_resume(*store, num_layers);
+      *resume_published = false;
+    }
+    StepSummary s;
+    s.step = r.step;
+    s.loss = r.loss;
+    s.grad_norm = r.grad_norm;
+    s.lr = r.lr;
+    s.step_s = r.step_s;
+    s.generation = r.generation;
+    s.world = r.world;
+    s.samples = r.samples;
+    s.skipped = r.skipped;
+    s.skipped_total = r.skipped_total;
+    s.val_loss = r.val_loss;
+    s.eval_ms = r.eval_ms;
+    s.reports = r.reports;
+    report.step(std::move(s));
+  };
+  sup.on_event = [&report](const Event& e) { report.event(e); };
+  sup.on_plan = [&report](const RunPlan& p) { report.plan(p); };
+  sup.on_checkpoint = [&report, &config, &sup, store, via_store](
+                          int steps_done, int shards, const RunPlan& p, const std::string& prefix) {
+    const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
+    try {
+      if (via_store) receive_shards(*store, prefix, shards, dir);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(runtime::staging_dir(dir), ec);
       erase_shards(*store, prefix, shards);
-      // Local writers staged their files themselves: a checkpoint that will not complete leaves
-      // no partial staging behind for a later generation's writers to mix with (the stop save,
-      // "g{g}/final", ends the run: every staging directory goes).
-      if (!via_store) {
-        std::error_code ec;
-        const auto at = prefix.find("/ckpt/");
-        if (at != std::string::npos) {
-          const int steps = std::stoi(prefix.substr(at + 6));
-          fs::remove_all(runtime::staging_dir(runtime::checkpoint_dir(config.train.out_dir, steps)),
-                         ec);
-        } else {
-          for (const auto& entry : fs::directory_iterator(config.train.out_dir, ec)) {
-            const auto name = entry.path().filename().string();
-            if (name.starts_with("checkpoint-") && name.ends_with(".tmp"))
-              fs::remove_all(entry.path(), ec);
-          }
-        }
-      }
-    };
-    runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host,
-                 store->getPort(), ctx.cluster.num_nodes);
-    sup.start();
-    bool asked = false;
-    while (sup.tick()) {
-      if (g_signals > 0 && !asked) {
-        asked = true;
-        sup.request_stop();
-        fmt::print(stderr,
-                   "\nstopping at the next step boundary with a checkpoint (again to stop "
-                   "at once)\n");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      throw;
     }
-    const auto& out = sup.outcome();
-    if (out.kind == Outcome::kInterrupted) {
-      end_nodes(out.message);
-      if (out.checkpoint.empty()) throw Interrupted(out.message + "; no checkpoint was written");
-      throw Interrupted(fmt::format("{}; wrote {}; {}", out.message, out.checkpoint,
-                                    resume_hint(out.checkpoint)));
+    report.summary.checkpoint = runtime::merge_shards(
+        dir, shards, report.checkpoint_info(steps_done, p, sup.skips_at(steps_done)));
+    return report.summary.checkpoint;
+  };
+  sup.on_checkpoint_dropped = [&config, store, via_store](const std::string& prefix, int shards) {
+    erase_shards(*store, prefix, shards);
+    // Local writers staged their files themselves: a checkpoint that will not complete leaves
+    // no partial staging behind for a later generation's writers to mix with (the stop save,
+    // "g{g}/final", ends the run: every staging directory goes).
+    if (via_store) return;
+    std::error_code ec;
+    const auto at = prefix.find("/ckpt/");
+    if (at != std::string::npos) {
+      const int steps = std::stoi(prefix.substr(at + 6));
+      fs::remove_all(runtime::staging_dir(runtime::checkpoint_dir(config.train.out_dir, steps)),
+                     ec);
+      return;
     }
-    if (out.kind == Outcome::kFailed) {
-      end_nodes(out.message);
-      if (out.config_error) throw ConfigError(out.message);
-      throw InternalError(out.message);
+    for (const auto& entry : fs::directory_iterator(config.train.out_dir, ec)) {
+      const auto name = entry.path().filename().string();
+      if (name.starts_with("checkpoint-") && name.ends_with(".tmp"))
+        fs::remove_all(entry.path(), ec);
     }
-    if (out.kind == Outcome::kStopped) {
-      end_nodes(out.message);
-      std::string how;
-      if (!out.checkpoint.empty()) {
-        how = fmt::format(
-            "; wrote the last committed state to {}; resume with `breakwater train <this "
-            "config> --train.resume={}` (on the nodes that are left, e.g. --cluster.nodes=N)",
-            out.checkpoint, out.checkpoint);
-      }
-      throw CommError(out.message + how);
-    }
-    if (local) local->wait_all(10000);
-    if (hosts) hosts->end_run("finished", 10000);
-  }
-  summary.steps_done = steps - first_step;
-  for (auto& share : summary.compute_share) share /= std::max(1, summary.steps_done);
-  summary.tokens_per_s = timed_steps > 0 ? tokens_per_step * timed_steps / timed_s : 0.0;
-  summary.flops_per_s = summary.tokens_per_s * summary.flops_per_token;
-  summary.mfu = summary.flops_per_s / std::max(1.0, summary.peak_flops_per_device *
-                                                        std::max(1, summary.layout.world_size()));
+  };
+}
 
-  if (config.train.sample_tokens > 0 && !summary.checkpoint.empty()) {
-    auto ckpt = runtime::load_checkpoint(summary.checkpoint);
-    std::vector<std::shared_ptr<model::Layer>> layers;
-    torch::NoGradGuard no_grad;
-    for (int l = 0; l < model::num_layers(model); ++l) {
-      auto layer = model::build_layer(model, l, static_cast<uint64_t>(config.model.seed));
-      for (const auto& [name, p] : layer->parameter_list()) {
-        p.copy_(ckpt.weights.at(runtime::checkpoint_tensor_name(l, name)));
-      }
-      layers.push_back(layer);
-    }
-    // The token documents start with: the tokenizer's, '\n' for bytes, GPT-2's end of text.
-    int64_t prompt = dataset.vocab_size() == data::kTextVocab ? '\n' : 50256;
-    if (run_data.tokenizer) prompt = run_data.tokenizer->document_token().value_or(0);
-    model::SampleOptions so;
-    so.num_tokens = config.train.sample_tokens;
-    so.seed = static_cast<uint64_t>(config.model.seed);
-    const auto ids = model::sample_tokens(layers, model, {prompt}, so);
-    if (run_data.tokenizer) {
-      const std::vector<uint32_t> u(ids.begin(), ids.end());
-      summary.sample = run_data.tokenizer->decode(u);
-    } else {
-      summary.sample = render_sample(ids, dataset.vocab_size());
-    }
-    // For programs: the ids and the text (tests decode the ids with the tokenizer's own code).
-    const nlohmann::json doc = {{"prompt", nlohmann::json::array({prompt})},
-                                {"ids", ids},
-                                {"text", summary.sample},
-                                {"tokenizer", run_data.tokenizer_path}};
-    io::write_file((fs::path(config.train.out_dir) / "sample.json").string(),
-                   doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                   "the sample");
+// A run that did not finish: the exception its outcome stands for (exit 130, 2, 1 or 3).
+[[noreturn]] void throw_outcome(const Outcome& out) {
+  if (out.kind == Outcome::kInterrupted) {
+    if (out.checkpoint.empty()) throw Interrupted(out.message + "; no checkpoint was written");
+    throw Interrupted(
+        fmt::format("{}; wrote {}; {}", out.message, out.checkpoint, resume_hint(out.checkpoint)));
   }
-  summary.total_s = std::chrono::duration<double>(SteadyClock::now() - t_start).count();
-  return summary;
+  if (out.kind == Outcome::kFailed) {
+    if (out.config_error) throw ConfigError(out.message);
+    throw InternalError(out.message);
+  }
+  std::string how;
+  if (!out.checkpoint.empty()) {
+    how = fmt::format(
+        "; wrote the last committed state to {}; resume with `breakwater train <this config> "
+        "--train.resume={}` (on the nodes that are left, e.g. --cluster.nodes=N)",
+        out.checkpoint, out.checkpoint);
+  }
+  throw CommError(out.message + how);
+}
+
+// Every rank sent the record of a traced step before its next report or its done: what is not
+// there at the end belonged to a rank lost after the step committed.
+void collect_traces(c10d::Store& store, RunReport& report) {
+  for (auto& t : report.traced()) {
+    for (int r = 0; r < static_cast<int>(t.rank_at.size()); ++r) {
+      const auto key = keys::trace(t.generation, t.step, r);
+      if (!store.check({key})) {
+        t.missing.push_back(r);
+        continue;
+      }
+      t.ranks.push_back(decode_rank_trace(as_string(store.get(key)), key));
+    }
+  }
+}
+
+// Worker processes: the store, the nodes (local agents, or remote ones that register), and the
+// supervisor that drives generations until the run ends.
+void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& options) {
+  const auto& config = setup.config;
+  const auto& ctx = setup.ctx;
+  const bool remote = setup.remote;
+  // Local runs listen on loopback only; multi-host runs where told (store_host.h).
+  HostPort listen{"127.0.0.1", config.elastic.store_port};
+  if (remote) listen = parse_host_port(options.listen, "--listen");
+  const auto store = host_store(
+      listen.host, listen.port,
+      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
+  auto put = [&](const std::string& key, const std::string& value) {
+    store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  };
+  put(keys::config(), runtime::to_toml(config));
+  // Local workers share this filesystem and write and read checkpoints themselves, in
+  // parallel; across hosts nothing is assumed shared and checkpoints pass through the store.
+  const bool via_store = remote;
+  put(keys::checkpoint_io(), via_store ? "store" : "files");
+  put(keys::workers_per_host(),
+      std::to_string(remote ? ctx.devices_per_node : ctx.cluster.num_nodes * ctx.devices_per_node));
+  const std::string exe = options.executable.empty() ? self_executable() : options.executable;
+  std::unique_ptr<LocalNodes> local;
+  std::unique_ptr<RemoteNodes> hosts;
+  // Across hosts nothing of train.out_dir or train.resume is read or written by another
+  // process: the resume state goes out and checkpoint shards come back through the store
+  // (shard_store.h).
+  if (!setup.resume.empty() && via_store) {
+    const auto bytes =
+        put_resume(*store, runtime::load_checkpoint(setup.resume), model::num_layers(setup.model));
+    runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
+                 io::human_bytes(bytes), setup.resume);
+  }
+  if (remote) {
+    hosts = std::make_unique<RemoteNodes>(store, setup.token, ctx.cluster.num_nodes,
+                                          ctx.devices_per_node);
+    hosts->require_data(setup.data_path, setup.run_data->dataset.content_digest());
+    if (options.on_listen) options.on_listen(listen.host, store->getPort());
+    hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
+  } else {
+    local = std::make_unique<LocalNodes>(exe, "127.0.0.1", store->getPort(), ctx.devices_per_node);
+  }
+  Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
+  SystemClock clock;
+  Supervisor sup(store, clock, nodes, ctx, setup.run, supervisor_options(setup));
+  connect_supervisor(sup, setup, report, store, via_store);
+  runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
+               ctx.cluster.num_nodes);
+  sup.start();
+  bool asked = false;
+  while (sup.tick()) {
+    if (g_signals > 0 && !asked) {
+      asked = true;
+      sup.request_stop();
+      fmt::print(stderr,
+                 "\nstopping at the next step boundary with a checkpoint (again to stop "
+                 "at once)\n");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  const auto& out = sup.outcome();
+  if (out.kind == Outcome::kInterrupted || out.kind == Outcome::kFailed ||
+      out.kind == Outcome::kStopped) {
+    // The run is over: local agents are killed, remote ones told (they exit by themselves).
+    if (local) local->kill_all();
+    if (hosts) hosts->end_run(out.message, 5000);
+    throw_outcome(out);
+  }
+  collect_traces(*store, report);
+  report.write_trace(!remote);
+  if (local) local->wait_all(10000);
+  if (hosts) hosts->end_run("finished", 10000);
+}
+
+// The end-of-run sample from the final checkpoint (train.sample_tokens): text where a tokenizer
+// is known, and out_dir/sample.json for programs.
+void write_sample(const RunSetup& setup, RunSummary& summary) {
+  const auto& config = setup.config;
+  if (config.train.sample_tokens <= 0 || summary.checkpoint.empty()) return;
+  const auto& model = setup.model;
+  const auto& run_data = *setup.run_data;
+  auto ckpt = runtime::load_checkpoint(summary.checkpoint);
+  std::vector<std::shared_ptr<model::Layer>> layers;
+  torch::NoGradGuard no_grad;
+  for (int l = 0; l < model::num_layers(model); ++l) {
+    auto layer = model::build_layer(model, l, static_cast<uint64_t>(config.model.seed));
+    for (const auto& [name, p] : layer->parameter_list()) {
+      p.copy_(ckpt.weights.at(runtime::checkpoint_tensor_name(l, name)));
+    }
+    layers.push_back(layer);
+  }
+  // The token documents start with: the tokenizer's, '\n' for bytes, GPT-2's end of text.
+  int64_t prompt = run_data.dataset.vocab_size() == data::kTextVocab ? '\n' : 50256;
+  if (run_data.tokenizer) prompt = run_data.tokenizer->document_token().value_or(0);
+  model::SampleOptions so;
+  so.num_tokens = config.train.sample_tokens;
+  so.seed = static_cast<uint64_t>(config.model.seed);
+  const auto ids = model::sample_tokens(layers, model, {prompt}, so);
+  if (run_data.tokenizer) {
+    const std::vector<uint32_t> u(ids.begin(), ids.end());
+    summary.sample = run_data.tokenizer->decode(u);
+  } else {
+    summary.sample = render_sample(ids, run_data.dataset.vocab_size());
+  }
+  // For programs: the ids and the text (tests decode the ids with the tokenizer's own code).
+  const nlohmann::json doc = {{"prompt", nlohmann::json::array({prompt})},
+                              {"ids", ids},
+                              {"text", summary.sample},
+                              {"tokenizer", run_data.tokenizer_path}};
+  io::write_file((fs::path(config.train.out_dir) / "sample.json").string(),
+                 doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                 "the sample");
+}
+
+}  // namespace
+
+RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOptions& options) {
+  // The store's server writes to clients that may have died: EPIPE, not a SIGPIPE death.
+  signal(SIGPIPE, SIG_IGN);
+  const auto t_start = SteadyClock::now();
+  RunSetup setup;
+  check_setup(setup, given, options);
+  RunReport report(setup, options);
+  // Everything knowable before the run starts (data, plan, faults, resume, out_dir and its lock,
+  // the first writes there) has been checked: only now is the plan shown (docs/cli.md).
+  if (options.on_plan) options.on_plan(report.summary.layout, report.summary.notes);
+  report.start_loop();
+  torch::set_num_threads(std::max(1, setup.config.train.threads_per_worker));
+  {
+    StopSignals stop_signals;
+    if (setup.world == 1) {
+      run_single_process(setup, report);
+    } else {
+      run_cluster(setup, report, options);
+    }
+  }
+  report.finish();
+  write_sample(setup, report.summary);
+  report.summary.total_s = std::chrono::duration<double>(SteadyClock::now() - t_start).count();
+  return report.summary;
 }
 
 }  // namespace bw::elastic

@@ -90,6 +90,7 @@ struct RunSummary {
   std::string checkpoint;             // sidecar path of the final checkpoint
   std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
+  std::string trace_path;  // out_dir/trace.json when train.trace_steps names steps
   std::vector<Event> events;  // failures, joins, recoveries, in order
   std::vector<int> skipped_steps;  // non-finite steps skipped by this run (train.nonfinite)
   std::vector<SlowRank> slow_ranks;  // one entry per (generation, rank) flagged

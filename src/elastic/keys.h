@@ -19,7 +19,7 @@ inline std::string config() { return "run/config"; }  // TOML of the resolved co
 inline std::string checkpoint_io() { return "run/checkpoint_io"; }
 // How many workers share one host's cores (a local run: all of them), for train.spin_wait_us.
 inline std::string workers_per_host() { return "run/workers_per_host"; }
-inline std::string exits() { return "run/exits"; }    // counter: agent exit reports so far
+inline std::string exits() { return "run/exits"; }  // counter: agent exit reports so far
 // Multi-host runs (remote_nodes.h): agents register themselves, proving the run token.
 inline std::string nonce() { return "run/nonce"; }      // random per run, for the token proofs
 inline std::string registrations() { return "reg/n"; }  // counter: registrations so far
@@ -64,6 +64,11 @@ inline std::string abort(int g) { return fmt::format("g{}/abort", g); }
 inline std::string joined(int g, int rank) { return fmt::format("g{}/joined/{}", g, rank); }
 inline std::string ready(int g, int step, int rank) {
   return fmt::format("g{}/ready/{}/{}", g, step, rank);  // StepReport JSON
+}
+// JSON runtime::RankTrace: a rank's record of traced step `step` (train.trace_steps), set once
+// the step is applied, before the rank's next report.
+inline std::string trace(int g, int step, int rank) {
+  return fmt::format("g{}/trace/{}/{}", g, step, rank);
 }
 inline std::string num_ready(int g, int step) { return fmt::format("g{}/nready/{}", g, step); }
 // "commit" | "last" (commit, then the generation ends) | "abort".

@@ -21,8 +21,8 @@ std::string where(const std::string& key) { return fmt::format("store message '{
 Json object(const std::string& text, const std::string& key) {
   Json doc = json::parse(text, where(key));
   if (!doc.is_object()) {
-    throw ConfigError(fmt::format("{}: expected a JSON object, got {}", where(key),
-                                  doc.type_name()));
+    throw ConfigError(
+        fmt::format("{}: expected a JSON object, got {}", where(key), doc.type_name()));
   }
   return doc;
 }
@@ -53,8 +53,8 @@ int64_t element(const Json& v, const std::string& key, const char* what, int64_t
       (v.is_number_unsigned() && (v.get<uint64_t>() > static_cast<uint64_t>(hi) ||
                                   static_cast<int64_t>(v.get<uint64_t>()) < lo)) ||
       (!v.is_number_unsigned() && (v.get<int64_t>() < lo || v.get<int64_t>() > hi))) {
-    throw ConfigError(fmt::format("{}: {} {} is not an integer in [{}, {}]", where(key), what,
-                                  v.dump(), lo, hi));
+    throw ConfigError(
+        fmt::format("{}: {} {} is not an integer in [{}, {}]", where(key), what, v.dump(), lo, hi));
   }
   return v.get<int64_t>();
 }
@@ -97,8 +97,8 @@ Stopped decode_stopped(const std::string& text, const std::string& key) {
   if (doc.contains("ranges")) {
     for (const auto& r : array_field(doc, "ranges", key)) {
       if (!r.is_array() || r.size() != 3) {
-        throw ConfigError(fmt::format("{}: a range is [layer, begin, end], not {}", where(key),
-                                      r.dump()));
+        throw ConfigError(
+            fmt::format("{}: a range is [layer, begin, end], not {}", where(key), r.dump()));
       }
       const int layer = static_cast<int>(element(r[0], key, "layer", 0, kMaxInt));
       const int64_t begin = element(r[1], key, "range begin", 0, kMaxParams);
@@ -122,16 +122,16 @@ std::vector<DoneEntry> decode_done(const std::string& text, const std::string& k
     DoneEntry e;
     e.part = it.key();
     if (!it.value().is_array() || it.value().empty() || !it.value()[0].is_string()) {
-      throw ConfigError(fmt::format("{}: the checksums of '{}' are not a list of strings",
-                                    where(key), e.part));
+      throw ConfigError(
+          fmt::format("{}: the checksums of '{}' are not a list of strings", where(key), e.part));
     }
     e.checksums = it.value().dump();
     e.first = it.value()[0].get<std::string>();
     const bool whole = e.part.find('/') == std::string::npos;
     if (whole) {
-      const bool digits = !e.part.empty() && e.part.size() <= 9 &&
-                          std::all_of(e.part.begin(), e.part.end(),
-                                      [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !e.part.empty() && e.part.size() <= 9 &&
+          std::all_of(e.part.begin(), e.part.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (!digits) {
         throw ConfigError(fmt::format("{}: '{}' is not a layer number", where(key), e.part));
       }
@@ -149,6 +149,10 @@ runtime::StepReport decode_step_report(const std::string& text, const std::strin
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", where(key), e.what()));
   }
+}
+
+runtime::RankTrace decode_rank_trace(const std::string& text, const std::string& key) {
+  return runtime::rank_trace_from_json(object(text, key), where(key));
 }
 
 Registration decode_registration(const std::string& text, const std::string& key) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/step_report.h"
+#include "runtime/trace_events.h"
 
 namespace bw::elastic {
 
@@ -52,13 +53,16 @@ struct Stopped {
 };
 Stopped decode_stopped(const std::string& text, const std::string& key);
 
+// keys::trace (worker): its record of a traced step (runtime/trace_events.h).
+runtime::RankTrace decode_rank_trace(const std::string& text, const std::string& key);
+
 // keys::done (worker): the checksums of every layer (key "{layer}") or segment
 // ("{layer}/{begin}-{end}") it holds, compared across replicas as their JSON text.
 struct DoneEntry {
-  std::string part;       // "3" or "3/0-1024"
-  std::string checksums;  // the JSON array as sent
-  std::optional<int> layer;              // for a whole layer
-  std::string first;                     // its first checksum (the parameters')
+  std::string part;          // "3" or "3/0-1024"
+  std::string checksums;     // the JSON array as sent
+  std::optional<int> layer;  // for a whole layer
+  std::string first;         // its first checksum (the parameters')
 };
 std::vector<DoneEntry> decode_done(const std::string& text, const std::string& key);
 

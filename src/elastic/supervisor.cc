@@ -139,6 +139,7 @@ void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<C
   set_string(*store_, keys::layout(g_), layout.dump());
   set_string(*store_, keys::start(g_), start.dump());
   gen_committed_any_ = false;
+  pipeline_ms_.clear();
   left_since_ms_ = 0;
   committed_ = first_step;
   last_commit_ms_ = clock_.now_ms();
@@ -215,8 +216,9 @@ void Supervisor::detect() {
                             opt_.agents_register ? "accepted registration" : "start",
                             opt_.heartbeat_timeout_ms / 1000, allowance_ms / 1000,
                             basis.empty() ? "" : ", ", basis)
-              : fmt::format("its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
-                            opt_.heartbeat_timeout_ms / 1000),
+              : fmt::format(
+                    "its agent sent no heartbeat for {:.1f} s (elastic.heartbeat_timeout_s)",
+                    opt_.heartbeat_timeout_ms / 1000),
           0);
       continue;
     }
@@ -231,20 +233,19 @@ void Supervisor::detect() {
       Beat& beat = worker_beats_[w];
       if (stale(beat, counter(*store_, keys::worker_heartbeat(w)),
                 worker_startup_deadline_ms(st))) {
-        node_lost(
-            node,
-            beat.starting
-                ? fmt::format("worker {} sent no first heartbeat within {:.1f} s of its "
-                              "launch (hung while starting up; allowed: "
-                              "elastic.heartbeat_timeout_s = {:.1f} s + twice a start-up "
-                              "of {:.1f} s: its agent's own, or the coordinator's measure if "
-                              "longer)",
-                              w, (now - st.agent_up_ms) / 1000, opt_.heartbeat_timeout_ms / 1000,
-                              worker_launch_ms(st) / 1000)
-                : fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
-                              "elastic.heartbeat_timeout_s)",
-                              w, opt_.heartbeat_timeout_ms / 1000),
-            0);
+        node_lost(node,
+                  beat.starting
+                      ? fmt::format("worker {} sent no first heartbeat within {:.1f} s of its "
+                                    "launch (hung while starting up; allowed: "
+                                    "elastic.heartbeat_timeout_s = {:.1f} s + twice a start-up "
+                                    "of {:.1f} s: its agent's own, or the coordinator's measure if "
+                                    "longer)",
+                                    w, (now - st.agent_up_ms) / 1000,
+                                    opt_.heartbeat_timeout_ms / 1000, worker_launch_ms(st) / 1000)
+                      : fmt::format("worker {} sent no heartbeat for {:.1f} s (stopped or hung; "
+                                    "elastic.heartbeat_timeout_s)",
+                                    w, opt_.heartbeat_timeout_ms / 1000),
+                  0);
         break;
       }
     }
@@ -431,50 +432,37 @@ void Supervisor::poll_run() {
     // The validation loss measured at the start of this step belongs to the previous one.
     if (held_ && held_->step + 1 == committed_) {
       const auto& first = rec.reports.front();
-      BW_CHECK(first.val_loss.has_value(), "step {} was due a validation loss that rank 0 did "
-               "not report", committed_);
+      BW_CHECK(first.val_loss.has_value(),
+               "step {} was due a validation loss that rank 0 did "
+               "not report",
+               committed_);
       release_held(first.val_loss, first.eval_ms);
     }
     const double loss = rec.reports.front().loss;  // every rank reports the global loss
     const double norm = rec.reports.front().grad_norm;
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
     const auto& train = ctx_.config.train;
-    if (!finite && (train.nonfinite != "skip" || skips_.consecutive >= train.skip_limit)) {
+    const SkipCount before = skips_;
+    const StepVerdict verdict = judge_step(train, loss, norm, skips_);  // nonfinite.h
+    if (verdict == StepVerdict::kStop) {
       // Never commit a non-finite update: the step is aborted, so no weights turn NaN.
       set_string(*store_, keys::decision(g_, committed_), "abort");
       set_string(*store_, keys::abort(g_), "1");
       set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
-      const auto [ck_step, ck] = last_checkpoint(train.out_dir);
       outcome_.kind = Outcome::kFailed;
       outcome_.config_error = true;
-      outcome_.message = fmt::format(
-          "training diverged at step {}: the loss is {} and the gradient norm {}{}; the step was "
-          "not applied. {}; lower train.lr, raise train.warmup_steps or tighten train.grad_clip",
-          committed_, loss, norm,
-          train.nonfinite == "skip"
-              ? fmt::format(" after {} skipped steps in a row (train.skip_limit)",
-                            skips_.consecutive)
-              : std::string(),
-          ck.empty() ? std::string("There is no checkpoint")
-                     : fmt::format("The last good checkpoint is {} (step {}): resume with "
-                                   "--train.resume={}",
-                                   ck, ck_step, ck));
+      outcome_.message = divergence_message(train, committed_, loss, norm, before);
       phase_ = Phase::kDone;
       return;
     }
     // A non-finite step under train.nonfinite = "skip": every rank skips its update alike; a
     // join or a requested stop waits for the next step boundary.
-    const bool skip = !finite;
+    const bool skip = verdict == StepVerdict::kSkip;
     const bool last_step = committed_ + 1 == opt_.steps;
     const bool halt = stop_requested_ && !last_step && !skip;
-    const bool join = (!joiners_.empty() || halt) && !last_step && !skip;
+    std::optional<Split> rebalance;
+    if (!skip && !last_step && !halt && joiners_.empty()) rebalance = judge_rebalance(rec);
+    const bool join = (!joiners_.empty() || halt || rebalance) && !last_step && !skip;
     set_string(*store_, keys::decision(g_, committed_), skip ? "skip" : join ? "last" : "commit");
-    if (skip) {
-      skips_.total += 1;
-      skips_.consecutive += 1;
-    } else {
-      skips_.consecutive = 0;
-    }
     rec.skipped = skip;
     rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;
@@ -494,6 +482,25 @@ void Supervisor::poll_run() {
     if (halt) {
       stopping_ = true;
       begin_quiesce();
+      return;
+    }
+    if (join && rebalance) {
+      std::vector<int> before;
+      for (const auto& p : run_.plan.pipelines) before.push_back(p.microbatches);
+      Event e;
+      e.kind = "rebalance";
+      e.step = committed_;
+      e.generation = g_;
+      std::vector<std::string> times;
+      for (double ms : pipeline_means_ms_) times.push_back(fmt::format("{:.0f}", ms));
+      e.cause = fmt::format(
+          "pipelines took {} ms a step with microbatches [{}]; [{}] predicts {:.0f} ms for the "
+          "slowest ({:.0f}% faster)",
+          fmt::join(times, "/"), fmt::join(before, ","), fmt::join(rebalance->microbatches, ","),
+          rebalance->predicted_ms, 100.0 * rebalance->gain());
+      if (on_event) on_event(e);
+      rebalance_ = rebalance;
+      start_recovery("rebalance", now, {});
       return;
     }
     if (join) {
@@ -561,8 +568,8 @@ void Supervisor::poll_quiesce() {
   if (names.empty() || store_->check(names)) {
     holdings_.clear();
     for (int w : expected) {
-      const auto stopped = decode_stopped(get_string(*store_, keys::stopped(g_, w)),
-                                          keys::stopped(g_, w));
+      const auto stopped =
+          decode_stopped(get_string(*store_, keys::stopped(g_, w)), keys::stopped(g_, w));
       const int64_t steps_done = stopped.steps_done;
       BW_CHECK(steps_done == committed_,
                "worker {} left generation {} having applied {} steps, but {} are committed", w, g_,
@@ -622,6 +629,16 @@ void Supervisor::replan() {
   try {
     if (!failed.empty()) next = plan::reconfigure(next, ctx_.templates, failed, ctx_.cluster).plan;
     if (!joining.empty()) next = plan::join(next, ctx_.templates, joining, ctx_.cluster).plan;
+    if (rebalance_ && failed.empty() && joining.empty() &&
+        rebalance_->microbatches.size() == next.pipelines.size()) {
+      // The same pipelines on the same nodes, with the batch split as measured (rebalance.h).
+      for (size_t p = 0; p < next.pipelines.size(); ++p) {
+        auto& pipe = next.pipelines[p];
+        pipe.microbatches = rebalance_->microbatches[p];
+        pipe.iteration_ms = pipe.tmpl.iteration_ms(pipe.microbatches);
+      }
+    }
+    rebalance_.reset();  // a failure in the meantime re-plans from the planner's split
     next.generation = g_ + 1;
     next_run = layout_plan(ctx_, next);
   } catch (const ConfigError& e) {
@@ -689,6 +706,33 @@ void Supervisor::replan() {
   failed_.clear();
   joiners_.clear();
   holdings_.clear();
+}
+
+std::optional<Split> Supervisor::judge_rebalance(const StepRecord& rec) {
+  if (!opt_.rebalance || run_.plan.pipelines.size() < 2 || !gen_committed_any_) return {};
+  // A pipeline's time: its slowest rank's action list (forward, backward, p2p; the gradient
+  // all-reduce that every pipeline then waits in is left out).
+  std::vector<double> ms(run_.plan.pipelines.size(), 0.0);
+  for (const auto& r : rec.reports) {
+    if (r.rank < 0 || r.rank >= run_.layout.world_size()) continue;
+    const int p = run_.layout.locate(r.rank).first;
+    if (p < static_cast<int>(ms.size())) ms[p] = std::max(ms[p], r.exec_ms);
+  }
+  pipeline_ms_.push_back(ms);
+  const size_t window = static_cast<size_t>(std::max(1, opt_.rebalance_window));
+  if (pipeline_ms_.size() < window) return {};
+  std::vector<PipelineSpeed> speeds;
+  pipeline_means_ms_.assign(ms.size(), 0.0);
+  for (size_t p = 0; p < ms.size(); ++p) {
+    double sum = 0;
+    for (size_t k = pipeline_ms_.size() - window; k < pipeline_ms_.size(); ++k)
+      sum += pipeline_ms_[k][p];
+    pipeline_means_ms_[p] = sum / static_cast<double>(window);
+    const auto& pipe = run_.plan.pipelines[p];
+    speeds.push_back({pipe.microbatches, pipeline_means_ms_[p], pipe.tmpl.estimate.fixed_ms,
+                      pipe.tmpl.estimate.per_microbatch_ms});
+  }
+  return worth_rebalancing(speeds, opt_.rebalance_gain);
 }
 
 void Supervisor::stop(const std::string& why) {
@@ -799,7 +843,8 @@ void Supervisor::poll_finish() {
     }
     if (held_) {  // the last step's validation loss, measured once training was done
       const auto key = keys::final_eval(g_);
-      BW_CHECK(exists(*store_, key), "the run was due a validation loss after its last step, but "
+      BW_CHECK(exists(*store_, key),
+               "the run was due a validation loss after its last step, but "
                "rank 0 wrote none");
       const auto doc = nlohmann::json::parse(get_string(*store_, key), nullptr, false);
       if (!doc.is_object() || !doc.contains("val_loss")) {

@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "elastic/inject.h"
+#include "elastic/nonfinite.h"
 #include "elastic/planning.h"
+#include "elastic/rebalance.h"
 #include "runtime/worker.h"
 
 namespace c10d {
@@ -70,8 +72,8 @@ struct StepRecord {
   double loss = 0;
   double grad_norm = 0;
   double lr = 0;
-  double step_s = 0;    // since the previous commit
-  std::string samples;  // hex FNV-1a of the sorted sample ids the step trained on
+  double step_s = 0;      // since the previous commit
+  std::string samples;    // hex FNV-1a of the sorted sample ids the step trained on
   bool skipped = false;   // not finite, update skipped (train.nonfinite = "skip")
   int skipped_total = 0;  // steps skipped so far, this one included
   // The validation loss after this step's update (runtime::eval_due(step + 1)). It is measured
@@ -119,12 +121,11 @@ struct SupervisorOptions {
   // many of the last steps in a row (train.skip_limit bounds those).
   int skipped = 0;
   int consecutive_skips = 0;
-};
-
-// Non-finite steps skipped up to a step boundary (recorded in checkpoints).
-struct SkipCount {
-  int total = 0;
-  int consecutive = 0;
+  // elastic.rebalance: re-fit the batch split over the last rebalance_window steps of a
+  // generation (its first step left out) when the predicted gain is at least rebalance_gain.
+  bool rebalance = false;
+  double rebalance_gain = 0.1;
+  int rebalance_window = 5;
 };
 
 // How the run ended.
@@ -172,7 +173,7 @@ class Supervisor {
     bool live = true;
     bool in_plan = false;
     double lost_at_ms = 0;
-    bool joining = false;  // started again, waiting for its workers to be up
+    bool joining = false;    // started again, waiting for its workers to be up
     double started_ms = 0;   // when its agent was (re)started (remote: registration accepted)
     double agent_up_ms = 0;  // when that agent's first heartbeat was seen; 0 = not yet
     double launch_ms = 0;    // the agent's own measure of its start-up (Nodes::launch_ms)
@@ -213,6 +214,9 @@ class Supervisor {
   void release_held(std::optional<double> val_loss, double eval_ms);
   void poll_save();
   void replan();
+  // elastic.rebalance: adds step `rec`'s pipeline times to the window; the split to change to,
+  // when the window is full and worth_rebalancing says so.
+  std::optional<Split> judge_rebalance(const StepRecord& rec);
   void stop(const std::string& why);
   // Records what started a recovery (for its event) and aborts the generation.
   void start_recovery(const std::string& kind, double fail_ms, std::vector<int> nodes);
@@ -254,12 +258,15 @@ class Supervisor {
   std::string save_dir_;
   double save_deadline_ms_ = 0;
   std::set<int> used_faults_;
-  double left_since_ms_ = 0;  // a rank left the generation with no failure detected (yet)
-  int regroups_ = 0;          // generations re-formed with no failure, since the last commit
-  SkipCount skips_;           // as of committed_
+  double left_since_ms_ = 0;        // a rank left the generation with no failure detected (yet)
+  int regroups_ = 0;                // generations re-formed with no failure, since the last commit
+  SkipCount skips_;                 // as of committed_
   std::optional<StepRecord> held_;  // committed, waiting for the validation loss after it
   std::map<int, SkipCount> checkpoint_skips_;  // steps done of a due checkpoint -> skips then
   bool stop_requested_ = false;
+  std::vector<std::vector<double>> pipeline_ms_;  // this generation's steps: each pipeline's time
+  std::optional<Split> rebalance_;                // the split the next generation takes
+  std::vector<double> pipeline_means_ms_;         // over the last window, as last judged
   bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected
                            // faults already matched to a lost node
 };

@@ -255,6 +255,66 @@ void left(Context& cx, int g, int rank, const std::string& why) {
 }
 
 // One generation; returns when it ended (finished, aborted or a peer was lost).
+// Generation g's steps on this rank, from first_step until the coordinator's decision ends them
+// (the commit protocol of docs/elastic.md "Protocol of one generation"), then, after the last
+// step, the final shard, evaluation and checksums.
+void train_generation(Context& cx, int g, int rank, int first_step, runtime::Worker& worker,
+                      const std::vector<int>& mine) {
+  auto& state = *cx.state;
+  bool committed_any = false;
+  const int steps = cx.config.train.steps;
+  for (int step = first_step; step < steps; ++step) {
+    cx.step = step;
+    worker.set_slowdown(cx.injector->slowdown(step));
+    auto prepared = worker.prepare(step);
+    set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
+    cx.store->add(keys::num_ready(g, step), 1);
+    const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
+    if (decision == "abort") break;
+    if (decision == "skip") {  // not finite (train.nonfinite = "skip"): no update anywhere
+      worker.skip(step);
+    } else {
+      cx.injector->at(step, "commit");
+      worker.apply(step, prepared);
+      cx.injector->at(step, "optimizer");
+    }
+    if (worker.traced(step)) {  // before the next report: the coordinator reads it then
+      set_string(*cx.store, keys::trace(g, step, rank),
+                 runtime::to_json(worker.take_trace(step)).dump());
+    }
+    if (!committed_any) {
+      // The layers this worker no longer runs are dropped once the new plan has committed
+      // a step (until then they are still a valid source should this generation fail).
+      committed_any = true;
+      state.keep_only(mine);
+    }
+    if (runtime::checkpoint_due(cx.config.train, step)) {
+      save_shard(cx, worker, g, rank, step + 1);
+      cx.store->add(keys::num_saved(g, step), 1);
+    }
+    if (decision == "last") break;
+  }
+  if (state.steps_done == steps) {
+    if (first_step == steps) {  // a generation formed after the last commit
+      save_shard(cx, worker, g, rank, steps);
+      cx.store->add(keys::num_saved(g, steps - 1), 1);
+    }
+    if (runtime::eval_due(cx.config.train, steps)) {
+      // The validation loss after the last step; a generation formed after a failure here
+      // evaluates again, from the same parameters.
+      cx.step = steps;
+      const auto t_eval = Clock::now();
+      const double val_loss = worker.evaluate();
+      if (rank == 0) {
+        set_string(*cx.store, keys::final_eval(g),
+                   nlohmann::json{{"val_loss", val_loss}, {"eval_ms", ms_since(t_eval)}}.dump());
+      }
+    }
+    set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
+    cx.store->add(keys::num_done(g), 1);
+  }
+}
+
 void run_generation(Context& cx, int g) {
   const auto doc = nlohmann::json::parse(await(*cx.store, keys::layout(g), "the layout"));
   const auto layout = runtime::layout_from_json(doc.at("layout"));
@@ -267,9 +327,9 @@ void run_generation(Context& cx, int g) {
   runtime::set_log_prefix(g, rank);
   cx.step = first_step;
   if (!cx.state) {
-    auto model = model::resolve_config(cx.config.model.family, cx.config.model.name,
-                                       cx.config.model.seq_len, cx.config.model.init_from,
-                                       layout.vocab_size);
+    auto model =
+        model::resolve_config(cx.config.model.family, cx.config.model.name, cx.config.model.seq_len,
+                              cx.config.model.init_from, layout.vocab_size);
     if (cx.config.model.tie_embeddings) model.tie_embeddings = true;
     cx.state = std::make_unique<runtime::ModelState>(
         cx.config.train, model, static_cast<uint64_t>(cx.config.model.seed), cx.placement);
@@ -326,6 +386,7 @@ void run_generation(Context& cx, int g) {
                         c.size() > 3 ? c.at(4).get<int64_t>() : n});
     }
     runtime::ReceivedPieces received;
+    const auto t_transfer = Clock::now();
     if (!copies.empty()) {
       BW_CHECK(world, "state transfer in a world of one rank");
       auto moved = runtime::transfer_state(state, *world, copies, cx.args.worker, workers,
@@ -349,6 +410,11 @@ void run_generation(Context& cx, int g) {
     };
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
+    if (!copies.empty() && worker.traced(first_step)) {  // the new generation's first step
+      const auto begin = runtime::trace_time_us(t_transfer);
+      worker.add_trace(
+          {"STATE_TRANSFER", "state", begin, begin + static_cast<int64_t>(transfer_ms * 1000.0)});
+    }
     const std::string resume = start.at("resume");
     if (!resume.empty() && !cx.via_store) {
       auto ckpt = runtime::load_checkpoint(resume);
@@ -371,55 +437,7 @@ void run_generation(Context& cx, int g) {
       for (auto& t : ts) transports.push_back(std::move(t));
     };
     try {
-      bool committed_any = false;
-      const int steps = cx.config.train.steps;
-      for (int step = first_step; step < steps; ++step) {
-        cx.step = step;
-        worker.set_slowdown(cx.injector->slowdown(step));
-        auto prepared = worker.prepare(step);
-        set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
-        cx.store->add(keys::num_ready(g, step), 1);
-        const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
-        if (decision == "abort") break;
-        if (decision == "skip") {  // not finite (train.nonfinite = "skip"): no update anywhere
-          worker.skip(step);
-        } else {
-          cx.injector->at(step, "commit");
-          worker.apply(step, prepared);
-          cx.injector->at(step, "optimizer");
-        }
-        if (!committed_any) {
-          // The layers this worker no longer runs are dropped once the new plan has committed
-          // a step (until then they are still a valid source should this generation fail).
-          committed_any = true;
-          state.keep_only(mine);
-        }
-        if (runtime::checkpoint_due(cx.config.train, step)) {
-          save_shard(cx, worker, g, rank, step + 1);
-          cx.store->add(keys::num_saved(g, step), 1);
-        }
-        if (decision == "last") break;
-      }
-      if (state.steps_done == steps) {
-        if (first_step == steps) {  // a generation formed after the last commit
-          save_shard(cx, worker, g, rank, steps);
-          cx.store->add(keys::num_saved(g, steps - 1), 1);
-        }
-        if (runtime::eval_due(cx.config.train, steps)) {
-          // The validation loss after the last step; a generation formed after a failure here
-          // evaluates again, from the same parameters.
-          cx.step = steps;
-          const auto t_eval = Clock::now();
-          const double val_loss = worker.evaluate();
-          if (rank == 0) {
-            set_string(*cx.store, keys::final_eval(g),
-                       nlohmann::json{{"val_loss", val_loss}, {"eval_ms", ms_since(t_eval)}}
-                           .dump());
-          }
-        }
-        set_string(*cx.store, keys::done(g, rank), checksums(state, worker, mine).dump());
-        cx.store->add(keys::num_done(g), 1);
-      }
+      train_generation(cx, g, rank, first_step, worker, mine);
     } catch (const CoordinatorLost&) {
       throw;
     } catch (const CommError& e) {
@@ -481,8 +499,7 @@ int run_worker_process(const WorkerArgs& args) {
                         period);
     torch::set_num_threads(std::max(1, cx.config.train.threads_per_worker));
     runtime::set_collective_spin(std::chrono::microseconds(runtime::resolve_collective_spin_us(
-        cx.config.train.spin_wait_us,
-        per_host, std::max(1, cx.config.train.threads_per_worker),
+        cx.config.train.spin_wait_us, per_host, std::max(1, cx.config.train.threads_per_worker),
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))));
     set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
     int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),

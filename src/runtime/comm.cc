@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <thread>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -91,6 +91,14 @@ class GlooRequest final : public Request {
     if (deliver_.defined()) deliver_.copy_(tensor_);
   }
 
+  bool completed() override {
+    try {
+      return !work_ || work_->isCompleted();
+    } catch (const std::exception&) {
+      return false;  // a failed transfer: wait() reports it
+    }
+  }
+
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
  private:
@@ -170,8 +178,7 @@ class GlooTransport final : public Transport {
     try {
       if (abort_ && abort_->aborted()) throw_aborted(what);
       return std::make_unique<GlooRequest>(group_->recv(ts, src, tag), tensor, what, timeout_,
-                                           abort_, true,
-                                           staged ? device_tensor : torch::Tensor());
+                                           abort_, true, staged ? device_tensor : torch::Tensor());
     } catch (const std::exception& e) {
       throw CommError(fmt::format("{} failed: {}", what, GlooRequest::first_line(e.what())));
     }
@@ -295,8 +302,8 @@ void discard_in_background(std::vector<std::unique_ptr<Transport>> transports) {
 BackendKind parse_backend(const std::string& name) {
   if (name == "gloo") return BackendKind::kGloo;
   if (name == "nccl") return BackendKind::kNccl;
-  throw ConfigError(fmt::format(
-      "cluster.backend = \"{}\" is not a backend; choose \"gloo\" or \"nccl\"", name));
+  throw ConfigError(
+      fmt::format("cluster.backend = \"{}\" is not a backend; choose \"gloo\" or \"nccl\"", name));
 }
 
 std::unique_ptr<Transport> make_transport(const TransportOptions& options,

@@ -63,6 +63,9 @@ class Request {
   virtual ~Request() = default;
   // Blocks until the transfer completes; CommError on timeout or a lost peer.
   virtual void wait() = 0;
+  // Whether the transfer is known to be complete, without blocking (false when not yet, or
+  // not known); a later wait() is still required. Tracing uses it to time sends.
+  virtual bool completed() { return false; }
 };
 
 class Transport {

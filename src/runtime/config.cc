@@ -161,7 +161,13 @@ std::vector<Section> build_schema() {
              "a rank whose compute per unit of work is this many times the median rank's is slow "
              "(docs/observability.md)"),
         make("slow_window", &R::elastic, &ElasticConfig::slow_window,
-             "steps in a row a rank must be over slow_threshold to be flagged")}},
+             "steps in a row a rank must be over slow_threshold to be flagged"),
+        make("rebalance", &R::elastic, &ElasticConfig::rebalance,
+             "re-fit the split of the global batch across pipelines to their measured speed "
+             "(over the last slow_window steps) at a step boundary"),
+        make("rebalance_gain", &R::elastic, &ElasticConfig::rebalance_gain,
+             "with rebalance: the least predicted gain (0.1: the slowest pipeline 10% faster) "
+             "for which the split changes")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),
@@ -201,7 +207,10 @@ std::vector<Section> build_schema() {
         make("eval_every", &R::train, &TrainConfig::eval_every,
              "steps between validation losses on data.val_path (and after the last); 0 = never"),
         make("eval_batches", &R::train, &TrainConfig::eval_batches,
-             "global batches of data.val_path, from its start, in each validation loss")}},
+             "global batches of data.val_path, from its start, in each validation loss"),
+        make("trace_steps", &R::train, &TrainConfig::trace_steps,
+             "0-based steps whose every action is traced into out_dir/trace.json (\"10-11\", "
+             "\"3,5\"); \"\" = none")}},
   };
 }
 
@@ -358,8 +367,8 @@ bool valid_utf8(const std::string& s) {
 Value from_text(const std::string& raw, Kind kind, const std::string& name,
                 const std::string& source) {
   if (!valid_utf8(raw)) {
-    throw ConfigError(fmt::format("{}: the value of {} is not valid UTF-8; give it as UTF-8 text",
-                                  source, name));
+    throw ConfigError(
+        fmt::format("{}: the value of {} is not valid UTF-8; give it as UTF-8 text", source, name));
   }
   std::string text = trim(raw);
   switch (kind) {

@@ -15,18 +15,18 @@
 namespace bw::runtime {
 
 struct ModelConfig {
-  std::string name = "small";  // a size of `family` (docs/models.md), "<size>:<blocks>"
-  std::string family = "gpt";  // "gpt" (breakwater's own) | "gpt2" | "llama"
-  int seq_len = 0;             // tokens per sample; 0 = the model's
-  std::string init_from;       // Hugging Face model folder to start from; "" = seeded weights
-  int64_t seed = 1234;         // initial weights of layer i depend only on (seed, i)
+  std::string name = "small";   // a size of `family` (docs/models.md), "<size>:<blocks>"
+  std::string family = "gpt";   // "gpt" (breakwater's own) | "gpt2" | "llama"
+  int seq_len = 0;              // tokens per sample; 0 = the model's
+  std::string init_from;        // Hugging Face model folder to start from; "" = seeded weights
+  int64_t seed = 1234;          // initial weights of layer i depend only on (seed, i)
   bool tie_embeddings = false;  // the LM head uses the token embedding matrix (model/gpt.h)
   bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
-  std::string path;   // empty = the default corpus (data::default_corpus_path())
-  int64_t seed = 42;  // sample order
+  std::string path;       // empty = the default corpus (data::default_corpus_path())
+  int64_t seed = 42;      // sample order
   std::string tokenizer;  // tokenizer.json of the data; empty = the one beside data.path, if any
   // Validation tokens, read like `path` (a file, directory or glob of .bin shards); "" = none.
   // Evaluated every train.eval_every steps on its first train.eval_batches global batches.
@@ -72,6 +72,11 @@ struct ElasticConfig {
   // slow_threshold x the median rank's in each of the last slow_window steps is flagged.
   double slow_threshold = 1.5;
   int slow_window = 5;
+  // Re-fit the split of the global batch across pipelines to their speed measured over the last
+  // slow_window steps, when that predicts the slowest pipeline at least rebalance_gain faster
+  // (elastic/rebalance.h).
+  bool rebalance = false;
+  double rebalance_gain = 0.1;
   bool operator==(const ElasticConfig&) const = default;
 };
 
@@ -106,6 +111,9 @@ struct TrainConfig {
   // never), over its first eval_batches global batches (runtime/worker.h, eval_due).
   int eval_every = 0;
   int eval_batches = 4;
+  // Steps whose every action each rank records, merged into out_dir/trace.json ("10-11",
+  // "3,5"; "" = none; runtime/trace_events.h).
+  std::string trace_steps;
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -146,7 +154,7 @@ inline constexpr int64_t kMaxGlobalBatch = 1 << 24;     // microbatches x microb
 inline constexpr int64_t kMaxThreadsPerWorker = 256;
 inline constexpr int64_t kMaxSpinWaitUs = 1000000;
 inline constexpr int64_t kMaxSampleTokens = 1 << 20;
-inline constexpr int64_t kMaxSkipLimit = 1000;  // train.skip_limit
+inline constexpr int64_t kMaxSkipLimit = 1000;       // train.skip_limit
 inline constexpr int64_t kMaxEvalBatches = 1 << 16;  // train.eval_batches
 inline constexpr double kMinStepTimeoutS = 1.0, kMaxStepTimeoutS = 7 * 86400.0;
 inline constexpr double kMinHeartbeatTimeoutS = 0.2, kMaxHeartbeatTimeoutS = 3600.0;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "runtime/config.h"
 #include "runtime/config_schema.h"
+#include "runtime/trace_events.h"
 
 namespace bw::runtime {
 namespace {
@@ -153,9 +154,9 @@ void validate(const RunConfig& c) {
   }
   if (c.model.tie_embeddings) {
     // The tied copies' gradient sum works on whole layers; a sharded stage holds slices.
-    const bool sharded = p.devices_per_stage > 1 ||
-                         std::any_of(p.stage_devices.begin(), p.stage_devices.end(),
-                                     [](int w) { return w > 1; });
+    const bool sharded =
+        p.devices_per_stage > 1 ||
+        std::any_of(p.stage_devices.begin(), p.stage_devices.end(), [](int w) { return w > 1; });
     if (sharded) {
       throw ConfigError(
           "model.tie_embeddings does not combine with sharded stages (pipeline.devices_per_stage "
@@ -231,6 +232,10 @@ void validate(const RunConfig& c) {
           "elastic.slow_threshold", "> 1 (a multiple of the median rank's compute)",
           fmt::format("{}", c.elastic.slow_threshold));
   at_least(c.elastic.slow_window, 1, "elastic.slow_window");
+  require(std::isfinite(c.elastic.rebalance_gain) && c.elastic.rebalance_gain > 0 &&
+              c.elastic.rebalance_gain <= 10,
+          "elastic.rebalance_gain", "in (0, 10] (0.1: the slowest pipeline 10% faster)",
+          fmt::format("{}", c.elastic.rebalance_gain));
 
   const TrainConfig& t = c.train;
   at_least(t.steps, 0, "train.steps");
@@ -258,6 +263,7 @@ void validate(const RunConfig& c) {
           "train.precision", "\"auto\", \"fp32\" or \"bf16\"", "\"" + t.precision + "\"");
   at_least(t.eval_every, 0, "train.eval_every");
   in_range(t.eval_batches, 1, kMaxEvalBatches, "train.eval_batches");
+  parse_trace_steps(t.trace_steps, t.steps);  // ConfigError naming train.trace_steps
   if (t.eval_every > 0 && c.data.val_path.empty()) {
     throw ConfigError(fmt::format(
         "train.eval_every = {} asks for a validation loss but data.val_path is empty; set "

@@ -120,6 +120,15 @@ torch::Tensor Executor::take_received(Dir dir, int chunk, int mb, StepStats& sta
   }
   stats.wait_ms += ms_since(t0);
   recvs_.erase(it);
+  if (trace_ != nullptr) {
+    const auto done = Clock::now();
+    const schedule::Action recv{
+        dir == kForward ? schedule::ActionKind::RECV_F : schedule::ActionKind::RECV_B, chunk, mb};
+    const auto posted = recv_posted_.find(key);
+    trace_span(recv, posted != recv_posted_.end() ? posted->second : t0, done);
+    if (posted != recv_posted_.end()) recv_posted_.erase(posted);
+    compute_begin_ = done;  // the compute that needed it starts now
+  }
   return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
@@ -276,7 +285,8 @@ void Executor::sharded_backward(Slot& slot, int chunk, const std::vector<torch::
 torch::Tensor Executor::run_layer(int l, const torch::Tensor& x) {
   model::AutocastGuard autocast(placement_);
   torch::Tensor y = layers_.at(l)->forward(x);
-  if (model::layer_kind(config_, l) != model::LayerKind::kHead && y.scalar_type() != placement_.compute_dtype) {
+  if (model::layer_kind(config_, l) != model::LayerKind::kHead &&
+      y.scalar_type() != placement_.compute_dtype) {
     y = y.to(placement_.compute_dtype);
   }
   return y;
@@ -323,8 +333,8 @@ void Executor::recompute_backward(Slot& slot, int chunk, const std::vector<torch
 void Executor::post_recv_forward(int c, int m) {
   auto& list = recvs_[{kForward, c, m}];
   for (const auto& peer : peers(c - 1)) {
-    auto buf = torch::empty(chunk_output_shape(c - 1, peer.end - peer.begin),
-                            placement_.activations());
+    auto buf =
+        torch::empty(chunk_output_shape(c - 1, peer.end - peer.begin), placement_.activations());
     list.emplace_back(transport_->irecv(buf, peer.rank, tag(kForward, c, m)), buf);
   }
 }
@@ -403,6 +413,27 @@ std::vector<double> Executor::run_forward(const BatchFn& batch) {
   return losses;
 }
 
+void Executor::trace_span(const schedule::Action& a, Clock::time_point begin,
+                          Clock::time_point end) {
+  trace_->push_back({schedule::to_string(a),
+                     schedule::is_compute(a.kind) ? std::string(schedule::kind_name(a.kind))
+                                                  : std::string("comm"),
+                     trace_time_us(begin), trace_time_us(end)});
+}
+
+void Executor::trace_completed_sends() {
+  const auto now = Clock::now();
+  for (auto& m : send_marks_) {
+    if (m.done) continue;
+    bool all = true;
+    for (size_t i = m.begin; i < m.end && all; ++i) all = sends_[i]->completed();
+    if (all) {
+      trace_span(m.action, m.posted, now);
+      m.done = true;
+    }
+  }
+}
+
 StepStats Executor::run_step(const BatchFn& batch) {
   StepStats stats;
   stats.chunk_ms.assign(pipeline_.schedule.num_chunks, {0.0, 0.0, 0.0, 0.0});
@@ -413,6 +444,8 @@ StepStats Executor::run_step(const BatchFn& batch) {
     ++stats.num_actions;
     const int c = a.chunk, m = a.microbatch;
     const auto t_action = Clock::now();
+    compute_begin_ = t_action;
+    const size_t sends_before = sends_.size();
     switch (a.kind) {
       case ActionKind::F:
         forward(c, m, batch, stats);
@@ -432,8 +465,8 @@ StepStats Executor::run_step(const BatchFn& batch) {
       case ActionKind::RECV_B: {
         auto& list = recvs_[{kBackward, c, m}];
         for (const auto& peer : peers(c + 1)) {
-          auto buf = torch::empty(chunk_output_shape(c, peer.end - peer.begin),
-                                  placement_.activations());
+          auto buf =
+              torch::empty(chunk_output_shape(c, peer.end - peer.begin), placement_.activations());
           list.emplace_back(transport_->irecv(buf, peer.rank, tag(kBackward, c, m)), buf);
         }
         break;
@@ -455,10 +488,31 @@ StepStats Executor::run_step(const BatchFn& batch) {
       }
     }
     if (schedule::is_comm(a.kind)) stats.post_ms += ms_since(t_action);
+    if (trace_ != nullptr) {
+      trace_completed_sends();
+      if (schedule::is_compute(a.kind)) {
+        trace_span(a, compute_begin_, Clock::now());
+      } else if (a.kind == ActionKind::RECV_F || a.kind == ActionKind::RECV_B) {
+        recv_posted_[{a.kind == ActionKind::RECV_F ? kForward : kBackward, c, m}] = t_action;
+      } else if (sends_.size() > sends_before) {
+        send_marks_.push_back({a, t_action, sends_before, sends_.size()});
+      }
+    }
   }
   const auto t0 = Clock::now();
-  for (auto& s : sends_) s->wait();
+  size_t mark = 0;
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    sends_[i]->wait();
+    // A send action is complete once its last request is (requests are waited in post order).
+    for (; trace_ != nullptr && mark < send_marks_.size() && send_marks_[mark].end == i + 1;
+         ++mark) {
+      if (!send_marks_[mark].done)
+        trace_span(send_marks_[mark].action, send_marks_[mark].posted, Clock::now());
+    }
+  }
   sends_.clear();
+  send_marks_.clear();
+  recv_posted_.clear();
   stats.wait_ms += ms_since(t0);
   BW_CHECK(recvs_.empty() && handoff_.empty(),
            "device {}: step ended with {} unconsumed receives and {} local hand-offs", device_,

@@ -41,6 +41,7 @@
 #include "model/placement.h"
 #include "runtime/comm.h"
 #include "runtime/layout.h"
+#include "runtime/trace_events.h"
 
 namespace bw::runtime {
 
@@ -91,6 +92,10 @@ class Executor {
   // Fault injection `slow` (elastic/inject.h): every forward and backward computation then takes
   // `factor` (>= 1) times as long, the rest of it spent asleep, as on a slower device.
   void set_slowdown(double factor) { slowdown_ = factor; }
+  // While set (train.trace_steps), run_step appends a span per action to `out`: each compute
+  // action from its start (or the end of the receive it waited for) to its end, each receive
+  // from posted to completed, each send from posted to its wait's return. Null: nothing recorded.
+  void set_trace(std::vector<TraceSpan>* out) { trace_ = out; }
 
  private:
   enum Dir { kForward = 0, kBackward = 1 };
@@ -156,6 +161,23 @@ class Executor {
   std::map<Key, torch::Tensor> outgoing_grads_;                 // input gradients for SEND_B
   std::vector<std::unique_ptr<Request>> sends_;
   PhaseHook hook_;
+  // Tracing (set_trace): when each receive was posted, where each send action's requests end
+  // in sends_, and when the compute of the current action began.
+  std::vector<TraceSpan>* trace_ = nullptr;
+  std::map<std::tuple<int, int, int>, std::chrono::steady_clock::time_point> recv_posted_;
+  struct SendMark {
+    schedule::Action action;
+    std::chrono::steady_clock::time_point posted;
+    size_t begin, end;  // its requests in sends_
+    bool done = false;  // its span is recorded
+  };
+  // Records the span of every send whose requests all completed (Request::completed), at the
+  // action boundary where that is first seen.
+  void trace_completed_sends();
+  std::vector<SendMark> send_marks_;
+  std::chrono::steady_clock::time_point compute_begin_;
+  void trace_span(const schedule::Action& a, std::chrono::steady_clock::time_point begin,
+                  std::chrono::steady_clock::time_point end);
 };
 
 }  // namespace bw::runtime

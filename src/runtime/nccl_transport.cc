@@ -31,10 +31,10 @@ std::vector<std::pair<std::string, std::string>> nccl_environment() {
 
 #ifdef BW_CUDA
 
+#include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 #include <sched.h>
 
-#include <c10/cuda/CUDAGuard.h>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -99,6 +99,14 @@ class NcclRequest final : public Request {
     if (deliver_.defined()) deliver_.copy_(wire_);
   }
 
+  bool completed() override {
+    try {
+      return !work_ || work_->isCompleted();
+    } catch (const std::exception&) {
+      return false;  // a failed transfer: wait() reports it
+    }
+  }
+
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   torch::Tensor wire_;     // the tensor NCCL reads or writes, alive until waited
@@ -159,8 +167,8 @@ class NcclTransport final : public Transport {
     const int64_t k = input.numel();
     auto what = fmt::format("all-gather of {} values on group {}", k, name_);
     if (output.numel() != k * size()) {
-      throw InternalError(fmt::format("{}: output of {} values for {} ranks", what,
-                                      output.numel(), size()));
+      throw InternalError(
+          fmt::format("{}: output of {} values for {} ranks", what, output.numel(), size()));
     }
     c10::cuda::CUDAGuard guard(device_);
     auto in = on_device(input).reshape({-1}).contiguous();
@@ -228,8 +236,8 @@ std::unique_ptr<Transport> make_nccl_transport(const c10::intrusive_ptr<c10d::St
     return std::make_unique<NcclTransport>(std::move(group), prefix, device, options.timeout,
                                            options.abort);
   } catch (const std::exception& e) {
-    throw CommError(fmt::format("rank {} could not join NCCL group {} of {} ranks on {}: {}",
-                                rank, prefix, size, device.str(), first_line(e.what())));
+    throw CommError(fmt::format("rank {} could not join NCCL group {} of {} ranks on {}: {}", rank,
+                                prefix, size, device.str(), first_line(e.what())));
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -40,6 +41,7 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
       world_(std::move(world)),
       hook_(std::move(hook)) {
   std::tie(pipeline_, device_) = layout_.locate(rank);
+  trace_steps_ = parse_trace_steps(config_.train.trace_steps, config_.train.steps);
   const auto& pl = layout_.pipelines[pipeline_];
   const auto& model = state_.model();
   BW_CHECK(model::num_layers(model) == layout_.num_layers, "model has {} layers, layout {}",
@@ -105,9 +107,8 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
                                  loss_scale, layout_.sample_range(rank), shards_.get(),
                                  config.pipeline.recompute == "full", state_.placement());
   if (hook_) executor_->set_hook(hook_);
-  sync_ =
-      std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get(),
-                                 model::tied_groups(model));
+  sync_ = std::make_unique<GradSync>(layout_, rank, layers, make_group, world_.get(), shards_.get(),
+                                     model::tied_groups(model));
   log(LogLevel::kDebug, "pipeline {} device {}: layers {}, {} gradient buckets", pipeline_, device_,
       fmt::join(layout_.layers_of(rank), ","), sync_->num_buckets());
 }
@@ -130,7 +131,8 @@ std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& l
 data::Sampler open_validation(const RunConfig& config, int seq_len, int vocab) {
   const auto& path = config.data.val_path;
   try {
-    data::Sampler val(data::TokenDataset::open(path), seq_len, 0, data::Sampler::Order::kSequential);
+    data::Sampler val(data::TokenDataset::open(path), seq_len, 0,
+                      data::Sampler::Order::kSequential);
     if (val.dataset().vocab_size() != vocab) {
       throw ConfigError(fmt::format(
           "'{}' holds tokens of a vocabulary of {} but the training data (data.path) has {}; "
@@ -168,7 +170,8 @@ double Worker::evaluate() {
                                  static_cast<int>(mbs));
     };
     const auto mine = executor_->run_forward(batch);
-    for (int m = 0; m < pl.num_microbatches; ++m) out[b * total + pl.first_microbatch + m] += mine[m];
+    for (int m = 0; m < pl.num_microbatches; ++m)
+      out[b * total + pl.first_microbatch + m] += mine[m];
   }
   // Each microbatch's loss comes from one rank (or a sharded stage's ranks), the others add 0.
   if (world_ && world_->size() > 1) world_->allreduce_sum(losses);
@@ -178,6 +181,16 @@ double Worker::evaluate() {
 }
 
 void Worker::set_slowdown(double factor) { executor_->set_slowdown(factor); }
+
+bool Worker::traced(int step) const {
+  return std::binary_search(trace_steps_.begin(), trace_steps_.end(), step);
+}
+
+RankTrace Worker::take_trace(int step) {
+  RankTrace out{step, rank_, std::move(trace_)};
+  trace_.clear();
+  return out;
+}
 
 PreparedStep Worker::prepare(int step) {
   std::optional<double> val_loss;
@@ -206,7 +219,10 @@ PreparedStep Worker::prepare(int step) {
   };
   zero_gradients(state_.layer_map());
   shards_->zero_gradients();
+  const bool traced_step = traced(step);
+  if (traced_step) executor_->set_trace(&trace_);
   StepStats stats = executor_->run_step(batch);
+  executor_->set_trace(nullptr);
   auto tied = sync_->tied_checksums();  // the parameters this step ran with
 
   const auto t_sync = Clock::now();
@@ -214,6 +230,9 @@ PreparedStep Worker::prepare(int step) {
   shards_->collect_gradients();
   sync_->sync_gradients();
   auto [sq_norm, loss] = sync_->global_norm_and_loss(stats.loss);
+  if (traced_step) {
+    trace_.push_back({"GRAD_SYNC", "sync", trace_time_us(t_sync), trace_time_us(Clock::now())});
+  }
 
   PreparedStep out;
   out.clip = clip_scale(sq_norm, config_.train.grad_clip);
@@ -250,9 +269,13 @@ void Worker::apply(int step, const PreparedStep& prepared) {
   BW_CHECK(state_.steps_done == step, "rank {} applies step {} but has applied {} steps", rank_,
            step, state_.steps_done);
   const int lr_step = static_cast<int>(step - state_.steps_skipped);
+  const auto t0 = Clock::now();
   state_.optimizer().step(lr_step, prepared.clip);
   if (!shards_->empty())
     shards_->apply(prepared.clip, lr_at(lr_step, config_.train), config_.train);
+  if (traced(step)) {
+    trace_.push_back({"OPTIMIZER", "optimizer", trace_time_us(t0), trace_time_us(Clock::now())});
+  }
   state_.steps_done = step + 1;
 }
 

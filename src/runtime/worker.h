@@ -39,6 +39,7 @@
 #include "runtime/optimizer.h"
 #include "runtime/shard.h"
 #include "runtime/step_report.h"
+#include "runtime/trace_events.h"
 
 namespace bw::runtime {
 
@@ -79,6 +80,13 @@ class Worker {
   // Every later forward and backward computation takes `factor` times as long (fault injection
   // `slow`, Executor::set_slowdown).
   void set_slowdown(double factor);
+
+  // train.trace_steps: whether `step` is traced. Its prepare records every action (executor.h,
+  // set_trace) and the gradient sync, its apply the optimizer; add_trace adds what happened
+  // outside them (the state transfer of a new generation); take_trace hands the record over.
+  bool traced(int step) const;
+  void add_trace(TraceSpan span) { trace_.push_back(std::move(span)); }
+  RankTrace take_trace(int step);
 
   int rank() const { return rank_; }
   const RunLayout& layout() const { return layout_; }
@@ -125,6 +133,8 @@ class Worker {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<GradSync> sync_;
   PhaseHook hook_;
+  std::vector<int> trace_steps_;  // sorted
+  std::vector<TraceSpan> trace_;
 };
 
 // Global sample ids (window indices of the data) of rows [rows.first, rows.second) of local

@@ -537,6 +537,15 @@ std::vector<Case> train_cases() {
       {"train_slow_threshold_one", with({"--elastic.slow_threshold=1"}), 2,
        "elastic.slow_threshold"},
       {"train_slow_window_zero", with({"--elastic.slow_window=0"}), 2, "elastic.slow_window"},
+      {"train_rebalance_gain_zero", with({"--elastic.rebalance_gain=0"}), 2,
+       "elastic.rebalance_gain"},
+      {"train_rebalance_gain_nan", with({"--elastic.rebalance_gain=nan"}), 2,
+       "elastic.rebalance_gain"},
+      {"train_trace_steps_past_the_run", with({"--train.trace_steps=1-99999"}), 2,
+       "train.trace_steps"},
+      {"train_trace_steps_reversed", with({"--train.trace_steps=5-3"}), 2, "ends before it begins"},
+      {"train_trace_steps_twice", with({"--train.trace_steps=0,0"}), 2, "names step 0 twice"},
+      {"train_trace_steps_not_a_step", with({"--train.trace_steps=x"}), 2, "not a step number"},
       // Huge but legal: says its cost before it starts (here it then diverges at its first
       // step, injected).
       {"train_costly_says_so",
