@@ -6,7 +6,8 @@
              A B C A B C in one invocation: the median step time of each against the untraced one
   compare    the traced default run against the simulator's step of the same schedule, fed with a
              profile measured on this machine (`breakwater profile measure`), per action class
-             (`breakwater trace compare`); with --gpt2, gpt2-124m on 4 workers too
+             (`breakwater trace compare`); with --gpt2, gpt2-124m on one pipeline of 4 workers
+             too (128 tokens a sample, 8 samples a step)
   rebalance  [2,2] of `small` with node 1 injected slow (slow:node=1:factor=F), with and without
              elastic.rebalance: tokens/s of the steps after the rebalance against the same steps
              without it
@@ -62,13 +63,14 @@ def overhead(binary, tmp, steps):
               f"({len(t)} steps)")
 
 
-def compare(binary, tmp, steps, model, extra_train, kind, devices, microbatches, waves, mbs):
+def compare(binary, tmp, steps, model, extra_train, kind, devices, microbatches, waves, mbs,
+            seq=0):
     out = os.path.join(tmp, f"compare_{model}")
     train(binary, out, [f"--train.steps={steps}", f"--train.trace_steps={steps - 2}-{steps - 1}",
                         f"--model.name={model}"] + extra_train)
     profile = os.path.join(tmp, f"profile_{model}.json")
     run([binary, "profile", "measure", "--model", model, "--microbatch-size", str(mbs),
-         "--out", profile])
+         "--seq-len", str(seq), "--out", profile])
     sim = os.path.join(tmp, f"sim_{model}.json")
     run([binary, "schedule", "--kind", kind, "-P", str(devices), "-B", str(microbatches),
          "--waves", str(waves), "--profile", profile, "--trace", sim])
@@ -121,9 +123,14 @@ def main():
             # The default run: 2 Hanayo pipelines of 2 devices, W = 2, 4 microbatches each.
             compare(binary, tmp, min(a.steps, 10), "small", [], "hanayo", 2, 4, 2, 4)
             if a.gpt2:
-                compare(binary, tmp, 4, "gpt2-124m", ["--pipeline.pipelines=[4]",
-                                                      "--pipeline.microbatches=8"],
-                        "hanayo", 4, 8, 2, 4)
+                # One pipeline of 4 workers, 128 tokens a sample, one sample a microbatch (a step
+                # of 1024 tokens: seconds, not minutes, on a small machine); its 14 layers hold
+                # 8 chunks, so one wave.
+                compare(binary, tmp, 4, "gpt2-124m",
+                        ["--cluster.nodes=4", "--pipeline.pipelines=[4]",
+                         "--pipeline.microbatches=8", "--pipeline.microbatch_size=1",
+                         "--pipeline.waves=1", "--model.seq_len=128"],
+                        "hanayo", 4, 8, 1, 1, seq=128)
         if "rebalance" in a.what:
             rebalance(binary, tmp, a.steps, a.factor)
 

@@ -125,7 +125,7 @@ rows = []
 print(f"work folder {work}; {os.cpu_count()} cores; seq {seq}, 2 x 2 samples a step")
 for name in ["gpt2-124m"] + ([] if "--skip-1b" in flags else ["llama-3.2-1b"]):
     path = folder(name)
-    bw = wall([exe, "generate", f"--checkpoint={path}", "--tokenizer=", "--prompt=1 2 3 4",
+    bw = wall([exe, "generate", f"--checkpoint={path}", "--tokenizer", "", "--prompt=1 2 3 4",
                "--max-tokens=1", "--temperature=0"])
     hf = hf_load_and_forward(path)
     size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))

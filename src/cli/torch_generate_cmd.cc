@@ -23,6 +23,7 @@
 #include "model/generate.h"
 #include "model/gpt.h"
 #include "model/hf_config.h"
+#include "model/init.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
 #include "runtime/hf.h"
@@ -89,11 +90,13 @@ Source load_breakwater(const std::string& path) {
                                    run.model.init_from, static_cast<int>(wte->second.size(0)));
   if (run.model.tie_embeddings) s.config.tie_embeddings = true;
   for (int l = 0; l < model::num_layers(s.config); ++l) {
+    model::SkipInit skip;                                   // only the names are read
     const auto layer = model::build_layer(s.config, l, 0);  // alive while its list is read
     for (const auto& [name, p] : layer->parameter_list()) {
       const auto key = runtime::checkpoint_tensor_name(l, name);
       auto it = ckpt.weights.find(key);
-      if (it == ckpt.weights.end()) throw ConfigError(fmt::format("{}: missing tensor '{}'", path, key));
+      if (it == ckpt.weights.end())
+        throw ConfigError(fmt::format("{}: missing tensor '{}'", path, key));
       if (it->second.sizes() != p.sizes()) {
         throw ConfigError(fmt::format("{}: tensor '{}' has shape [{}], the model's is [{}]", path,
                                       key, fmt::join(it->second.sizes(), ", "),
@@ -106,7 +109,8 @@ Source load_breakwater(const std::string& path) {
   // init_from folder's.
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   s.tokenizer = existing(dir / "tokenizer.json");
-  if (s.tokenizer.empty() && !run.data.tokenizer.empty()) s.tokenizer = existing(run.data.tokenizer);
+  if (s.tokenizer.empty() && !run.data.tokenizer.empty())
+    s.tokenizer = existing(run.data.tokenizer);
   if (s.tokenizer.empty()) s.tokenizer = runtime::tokenizer_beside(run.data.path);
   if (s.tokenizer.empty() && !run.model.init_from.empty()) {
     s.tokenizer = existing(fs::path(run.model.init_from) / "tokenizer.json");
@@ -156,7 +160,11 @@ size_t complete_utf8(const std::string& s) {
   for (int back = 0; back < 4 && i > 0; ++back) {
     const auto c = static_cast<unsigned char>(s[i - 1]);
     if ((c & 0xC0) != 0x80) {  // the last lead byte (or ASCII)
-      const size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      const size_t need = c < 0x80         ? 1
+                          : (c >> 5) == 6  ? 2
+                          : (c >> 4) == 14 ? 3
+                          : (c >> 3) == 30 ? 4
+                                           : 1;
       return s.size() - (i - 1) >= need ? s.size() : i - 1;
     }
     --i;
@@ -166,12 +174,12 @@ size_t complete_utf8(const std::string& s) {
 
 void run_generate(const GenerateArgs& a) {
   if (a.max_tokens < 1 || a.max_tokens > kMaxTokens) {
-    throw ConfigError(fmt::format("generate --max-tokens {} must be in [1, {}]", a.max_tokens,
-                                  kMaxTokens));
+    throw ConfigError(
+        fmt::format("generate --max-tokens {} must be in [1, {}]", a.max_tokens, kMaxTokens));
   }
   if (!std::isfinite(a.temperature) || a.temperature < 0 || a.temperature > 100) {
-    throw ConfigError(fmt::format(
-        "generate --temperature {} must be in [0, 100] (0 = greedy)", a.temperature));
+    throw ConfigError(
+        fmt::format("generate --temperature {} must be in [0, 100] (0 = greedy)", a.temperature));
   }
   if (a.top_k < 0) {
     throw ConfigError(fmt::format("generate --top-k {} must be >= 0 (0 = every token)", a.top_k));
@@ -224,6 +232,7 @@ void run_generate(const GenerateArgs& a) {
   std::vector<std::shared_ptr<model::Layer>> layers;
   {
     torch::NoGradGuard no_grad;
+    model::SkipInit skip;  // every parameter is copied from the source
     for (int l = 0; l < model::num_layers(config); ++l) {
       auto layer = model::build_layer(config, l, 0);
       for (const auto& [name, p] : layer->parameter_list()) p.copy_(src.weights.at({l, name}));
@@ -267,8 +276,8 @@ void run_generate(const GenerateArgs& a) {
              "generate: {} tokens in {:.2f} s, {:.1f} tokens/s ({} model of {} layers from {}; "
              "prompt {} tokens, context {}, KV cache{})\n",
              out.size(), s, static_cast<double>(out.size()) / std::max(s, 1e-9),
-             model::family_name(config.family), model::num_layers(config), src.kind,
-             prompt.size(), context, tok ? fmt::format("; tokenizer {}", tok_path) : "");
+             model::family_name(config.family), model::num_layers(config), src.kind, prompt.size(),
+             context, tok ? fmt::format("; tokenizer {}", tok_path) : "");
 }
 
 void add_generate(CLI::App& app) {

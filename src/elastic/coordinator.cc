@@ -38,6 +38,7 @@
 #include "elastic/supervisor.h"
 #include "elastic/token.h"
 #include "model/flops.h"
+#include "model/init.h"
 #include "model/sample.h"
 #include "runtime/checkpointing.h"
 #include "runtime/device.h"
@@ -924,7 +925,11 @@ void write_sample(const RunSetup& setup, RunSummary& summary) {
   std::vector<std::shared_ptr<model::Layer>> layers;
   torch::NoGradGuard no_grad;
   for (int l = 0; l < model::num_layers(model); ++l) {
-    auto layer = model::build_layer(model, l, static_cast<uint64_t>(config.model.seed));
+    std::shared_ptr<model::Layer> layer;
+    {
+      model::SkipInit skip;  // every parameter is copied from the checkpoint
+      layer = model::build_layer(model, l, static_cast<uint64_t>(config.model.seed));
+    }
     for (const auto& [name, p] : layer->parameter_list()) {
       p.copy_(ckpt.weights.at(runtime::checkpoint_tensor_name(l, name)));
     }

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "model/init.h"
 #include "model/ops.h"
 
 namespace bw::model {
@@ -24,7 +25,8 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // llama3), in fp32 with the same operations in the same order.
 torch::Tensor rope_inverse_frequencies(const GptConfig& c) {
   const int64_t dim = c.d_model / c.n_heads;
-  auto exponent = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
+  auto exponent =
+      torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
   auto inv_freq = 1.0 / at::pow(c.rope_theta, exponent);
   if (!c.rope.llama3) return inv_freq;
   const double factor = c.rope.factor, low = c.rope.low_freq_factor, high = c.rope.high_freq_factor;
@@ -57,9 +59,11 @@ uint64_t mix_seed(uint64_t seed, uint64_t layer_index) {
   return z ^ (z >> 31);
 }
 
+thread_local bool t_skip_init = false;
+
 torch::Tensor normal(at::Generator& gen, std::vector<int64_t> shape, double std) {
   auto t = torch::empty(shape, torch::kFloat32);
-  t.normal_(0.0, std, gen);
+  if (!t_skip_init) t.normal_(0.0, std, gen);
   return t;
 }
 
@@ -77,7 +81,8 @@ class EmbeddingLayer final : public Layer {
     if (!wpe_.defined()) return x;
     BW_CHECK(tokens.size(1) <= wpe_.size(0), "embedding input of {} tokens, {} positions",
              tokens.size(1), wpe_.size(0));
-    auto pos = torch::arange(tokens.size(1), torch::TensorOptions(torch::kInt64).device(x.device()));
+    auto pos =
+        torch::arange(tokens.size(1), torch::TensorOptions(torch::kInt64).device(x.device()));
     return x + at::embedding(wpe_, pos).unsqueeze(0);
   }
 
@@ -160,7 +165,8 @@ class LlamaBlock final : public Layer {
   torch::Tensor forward(const torch::Tensor& x) override {
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
     const int64_t hd = d / n_heads_;
-    BW_CHECK(t <= cos_.size(0), "llama block input of {} tokens, RoPE table of {}", t, cos_.size(0));
+    BW_CHECK(t <= cos_.size(0), "llama block input of {} tokens, RoPE table of {}", t,
+             cos_.size(0));
     auto h = rms_norm(x, ln1_w_, eps_);
     auto q = at::linear(h, q_w_).view({b, t, n_heads_, hd}).transpose(1, 2);
     auto k = at::linear(h, k_w_).view({b, t, n_kv_, hd}).transpose(1, 2);
@@ -199,8 +205,8 @@ class HeadLayer final : public Layer {
     head_w_ = add_parameter("lm_head.weight", normal(g, {c.vocab_size, c.d_model}, kInitStd));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = llama_ ? rms_norm(x, ln_w_, eps_)
-                    : at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, eps_);
+    auto h =
+        llama_ ? rms_norm(x, ln_w_, eps_) : at::layer_norm(x, {x.size(-1)}, ln_w_, ln_b_, eps_);
     return at::linear(h, head_w_);
   }
 
@@ -222,6 +228,10 @@ torch::Tensor Layer::add_parameter(const std::string& name, torch::Tensor value)
   params_.emplace_back(name, registered);
   return registered;
 }
+
+SkipInit::SkipInit() : previous_(t_skip_init) { t_skip_init = true; }
+SkipInit::~SkipInit() { t_skip_init = previous_; }
+bool SkipInit::active() { return t_skip_init; }
 
 std::shared_ptr<Layer> build_layer(const GptConfig& config, int layer_index, uint64_t seed) {
   BW_CHECK(config.d_model % config.n_heads == 0, "d_model {} not divisible by n_heads {}",

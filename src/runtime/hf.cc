@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "model/hf_config.h"
+#include "model/init.h"
 
 namespace bw::runtime {
 namespace {
@@ -60,8 +61,8 @@ std::map<std::string, Source> read_folder(const std::string& dir) {
       }
       const std::string file = it.value().get<std::string>();
       if (file.empty() || file.find('/') != std::string::npos || file == "..") {
-        throw ConfigError(fmt::format("{}: weight_map['{}'] = '{}' is not a file name in the folder",
-                                      index, it.key(), file));
+        throw ConfigError(fmt::format(
+            "{}: weight_map['{}'] = '{}' is not a file name in the folder", index, it.key(), file));
       }
       if (!fs::exists(dir + "/" + file)) {
         throw ConfigError(fmt::format(
@@ -85,23 +86,28 @@ std::map<std::string, Source> read_folder(const std::string& dir) {
     auto st = load_safetensors(path);
     for (auto& [name, t] : st.tensors) {
       if (out.count(name)) {
-        throw ConfigError(fmt::format("{}: tensor '{}' is also in {}", path, name, out.at(name).file));
+        throw ConfigError(
+            fmt::format("{}: tensor '{}' is also in {}", path, name, out.at(name).file));
       }
       if (!indexed.empty() && (!indexed.count(name) || indexed.at(name) != file)) {
-        throw ConfigError(fmt::format("{}: tensor '{}' is not where {} says it is", path, name, index));
+        throw ConfigError(
+            fmt::format("{}: tensor '{}' is not where {} says it is", path, name, index));
       }
       out[name] = {std::move(t), path};
     }
   }
   for (const auto& [name, file] : indexed) {
     if (!out.count(name)) {
-      throw ConfigError(fmt::format("{}/{}: missing tensor '{}' (named in {})", dir, file, name, index));
+      throw ConfigError(
+          fmt::format("{}/{}: missing tensor '{}' (named in {})", dir, file, name, index));
     }
   }
   return out;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 }  // namespace
 
@@ -132,15 +138,16 @@ HfWeights read_hf_weights(const model::GptConfig& config) {
     auto it = stored.find(t.name);
     if (it == stored.end()) {
       throw ConfigError(fmt::format(
-          "{}: missing tensor '{}', which {} implies; the folder does not hold this model",
-          dir, t.name, where));
+          "{}: missing tensor '{}', which {} implies; the folder does not hold this model", dir,
+          t.name, where));
     }
     const Source& src = it->second;
     const auto type = src.tensor.scalar_type();
     if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kFloat16) {
-      throw ConfigError(fmt::format("{}: tensor '{}' has dtype {}; breakwater reads F32, BF16 "
-                                    "and F16",
-                                    src.file, t.name, safetensors_dtype(type)));
+      throw ConfigError(
+          fmt::format("{}: tensor '{}' has dtype {}; breakwater reads F32, BF16 "
+                      "and F16",
+                      src.file, t.name, safetensors_dtype(type)));
     }
     auto want = expected_shape(config, t.targets.front().layer, t.targets.front().name);
     auto stored_shape = want;
@@ -159,20 +166,20 @@ HfWeights read_hf_weights(const model::GptConfig& config) {
       const auto& wte = out.at({0, "wte.weight"});
       if (it->second.tensor.sizes() != wte.sizes() ||
           !torch::equal(it->second.tensor.to(torch::kFloat32), wte)) {
-        throw ConfigError(fmt::format(
-            "{}: tensor 'lm_head.weight' differs from the embedding, but {} ties them "
-            "(tie_word_embeddings); set tie_word_embeddings to false",
-            it->second.file, where));
+        throw ConfigError(
+            fmt::format("{}: tensor 'lm_head.weight' differs from the embedding, but {} ties them "
+                        "(tie_word_embeddings); set tie_word_embeddings to false",
+                        it->second.file, where));
       }
       stored.erase(it);
     }
   }
   if (!stored.empty()) {
     const auto& [name, src] = *stored.begin();
-    throw ConfigError(fmt::format("{}: unexpected tensor '{}' ({} in all), not part of the {} "
-                                  "model {} describes",
-                                  src.file, name, stored.size(), model::family_name(config.family),
-                                  where));
+    throw ConfigError(
+        fmt::format("{}: unexpected tensor '{}' ({} in all), not part of the {} "
+                    "model {} describes",
+                    src.file, name, stored.size(), model::family_name(config.family), where));
   }
   return out;
 }
@@ -191,8 +198,12 @@ std::shared_ptr<const HfWeights> hf_weights(const model::GptConfig& config) {
 
 std::shared_ptr<model::Layer> initial_layer(const model::GptConfig& config, int layer,
                                             uint64_t seed) {
-  auto built = model::build_layer(config, layer, seed);
-  if (config.init_from.empty()) return built;
+  if (config.init_from.empty()) return model::build_layer(config, layer, seed);
+  std::shared_ptr<model::Layer> built;
+  {
+    model::SkipInit skip;  // every parameter is copied below
+    built = model::build_layer(config, layer, seed);
+  }
   const auto weights = hf_weights(config);
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : built->parameter_list()) {
@@ -247,8 +258,8 @@ void write_hf_folder(const std::string& out_dir, const model::GptConfig& config,
     fs::copy_file(options.tokenizer_json, out_dir + "/tokenizer.json",
                   fs::copy_options::overwrite_existing, ec);
     if (ec) {
-      throw ConfigError(fmt::format("cannot copy {} to {}: {}", options.tokenizer_json, out_dir,
-                                    ec.message()));
+      throw ConfigError(
+          fmt::format("cannot copy {} to {}: {}", options.tokenizer_json, out_dir, ec.message()));
     }
   }
 }

@@ -13,10 +13,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli_runner.h"
 #include "core/error.h"
 #include "model/hf_config.h"
 #include "runtime/checkpointing.h"
-#include "cli_runner.h"
 
 namespace bw::runtime {
 namespace {
@@ -47,8 +47,8 @@ int oracle(const std::string& args) {
 std::string make_model(const Case& c, int vocab = 96) {
   const fs::path dir = temp_root() / c.name;
   fs::create_directories(dir);
-  const int rc = oracle(fmt::format("make {} {} {} {} 7 {}", dir.string(), c.family,
-                                    c.tied ? 1 : 0, c.kv_heads, vocab));
+  const int rc = oracle(fmt::format("make {} {} {} {} 7 {}", dir.string(), c.family, c.tied ? 1 : 0,
+                                    c.kv_heads, vocab));
   if (rc == 77) return "";
   EXPECT_EQ(rc, 0) << "oracle failed; see " << (temp_root() / "oracle.log");
   return dir.string();
@@ -69,8 +69,8 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, double rt
   auto bad = (diff > tol).nonzero().reshape({-1});
   for (int64_t i = 0; i < std::min<int64_t>(bad.numel(), 5); ++i) {
     const int64_t k = bad[i].item<int64_t>();
-    ADD_FAILURE() << what << " value " << k << ": " << got.reshape({-1})[k].item<double>()
-                  << " vs " << want.reshape({-1})[k].item<double>() << " (tolerance " << tol << ")";
+    ADD_FAILURE() << what << " value " << k << ": " << got.reshape({-1})[k].item<double>() << " vs "
+                  << want.reshape({-1})[k].item<double>() << " (tolerance " << tol << ")";
   }
 }
 
@@ -145,8 +145,9 @@ void expect_error(const model::GptConfig& config, const std::vector<std::string>
     read_hf_weights(config);
     ADD_FAILURE() << "no error for " << config.init_from;
   } catch (const ConfigError& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-        << "'" << e.what() << "' lacks '" << p << "'";
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << e.what() << "' lacks '" << p << "'";
   }
 }
 
@@ -171,10 +172,9 @@ TEST(HfBadInput, EachIsOneErrorNamingFileAndField) {
                {"unexpected/model.safetensors", "unexpected tensor 'model.extra.weight'"});
   expect_error(rewrite("shape", [](auto& t) { t["model.norm.weight"] = torch::ones({31}); }),
                {"shape/model.safetensors", "model.norm.weight", "[31]", "[32]"});
-  expect_error(rewrite("dtype", [](auto& t) {
-                 t["model.norm.weight"] = torch::ones({32}, torch::kInt32);
-               }),
-               {"dtype/model.safetensors", "model.norm.weight", "I32"});
+  expect_error(
+      rewrite("dtype", [](auto& t) { t["model.norm.weight"] = torch::ones({32}, torch::kInt32); }),
+      {"dtype/model.safetensors", "model.norm.weight", "I32"});
   {  // an index naming a shard that is not there
     auto d = copy_of(dir, "index");
     std::ofstream(d + "/model.safetensors.index.json")
@@ -192,22 +192,27 @@ TEST(HfBadInput, EachIsOneErrorNamingFileAndField) {
       model::hf_config_from_dir(d);
       ADD_FAILURE() << "no error for " << name;
     } catch (const ConfigError& e) {
-      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << e.what() << "' lacks '" << p << "'";
+      for (const auto& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+            << "'" << e.what() << "' lacks '" << p << "'";
     }
   };
   const std::string base = R"("model_type": "llama", "vocab_size": 96, "hidden_size": 32,
       "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
       "max_position_embeddings": 64)";
-  config_error("rope", "{" + base + R"(, "rms_norm_eps": 1e-5, "rope_scaling": {"rope_type": "yarn", "factor": 2}})",
-               {"rope/config.json", "rope_scaling.", "yarn"});
+  config_error(
+      "rope",
+      "{" + base + R"(, "rms_norm_eps": 1e-5, "rope_scaling": {"rope_type": "yarn", "factor": 2}})",
+      {"rope/config.json", "rope_scaling.", "yarn"});
   config_error("eps", "{" + base + "}", {"eps/config.json", "rms_norm_eps"});
   config_error("key", "{" + base + R"(, "rms_norm_eps": 1e-5, "sliding_window": 4})",
                {"key/config.json", "sliding_window"});
-  config_error("big", "{" + base + R"(, "rms_norm_eps": 1e-5, "pad": ")" +
-                          std::string(65 << 20, 'x') + "\"}",
-               {"big/config.json"});
-  config_error("arch", R"({"model_type": "mistral"})", {"arch/config.json", "model_type", "mistral"});
+  config_error(
+      "big",
+      "{" + base + R"(, "rms_norm_eps": 1e-5, "pad": ")" + std::string(65 << 20, 'x') + "\"}",
+      {"big/config.json"});
+  config_error("arch", R"({"model_type": "mistral"})",
+               {"arch/config.json", "model_type", "mistral"});
 }
 
 // Fine-tuning a Hugging Face model on a heterogeneous pipeline plan (pipelines of 1 and 2
@@ -224,10 +229,10 @@ TEST(HfFineTune, PipelineTrainingThenExportLoadsInTransformers) {
   }
   const std::string run = (temp_root() / "finetune_run").string();
   auto r = bw::testing::run_cli(
-      {"train", "--quiet", "--devices=3", "--pipeline.pipelines=[1,2]",
-       "--pipeline.schedule=1f1b", "--model.init_from=" + dir, "--data.path=" + corpus,
-       "--train.steps=2", "--train.sample_tokens=0", "--pipeline.microbatches=4",
-       "--pipeline.microbatch_size=2", "--train.out_dir=" + run},
+      {"train", "--quiet", "--devices=3", "--pipeline.pipelines=[1,2]", "--pipeline.schedule=1f1b",
+       "--model.init_from=" + dir, "--data.path=" + corpus, "--train.steps=2",
+       "--train.sample_tokens=0", "--pipeline.microbatches=4", "--pipeline.microbatch_size=2",
+       "--train.out_dir=" + run},
       run + ".log", 240);
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string exported = (temp_root() / "finetune_export").string();
@@ -257,6 +262,51 @@ TEST(HfFineTune, PipelineTrainingThenExportLoadsInTransformers) {
   ASSERT_EQ(oracle(fmt::format("run {} {}/oracle.safetensors {}", exported, dir, logits_file)), 0)
       << "see " << (temp_root() / "oracle.log");
   expect_close(x, load_safetensors(logits_file).tensors.at("logits"), 1e-5, "fine-tuned logits");
+}
+
+// A fine-tuning run of an imported model, stopped at a checkpoint and resumed (train.resume with
+// model.init_from), ends with the same bits as the run that went through: the import is the
+// starting point only, and the resume loads every weight and moment from the checkpoint.
+TEST(HfFineTune, ResumedFromACheckpointEndsWhereTheUninterruptedRunEnds) {
+  const auto dir = make_model({"resume", "llama", true, 2}, 256);
+  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  const std::string corpus = (temp_root() / "resume_corpus.txt").string();
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; out.tellp() < 20000; ++i) out << "row " << i << ": a lazy dog sleeps.\n";
+  }
+  auto train = [&](const std::string& name, std::vector<std::string> extra) {
+    const std::string out = (temp_root() / name).string();
+    std::vector<std::string> args = {"train",
+                                     "--quiet",
+                                     "--devices=3",
+                                     "--pipeline.pipelines=[1,2]",
+                                     "--pipeline.schedule=1f1b",
+                                     "--model.init_from=" + dir,
+                                     "--data.path=" + corpus,
+                                     "--train.steps=4",
+                                     "--train.sample_tokens=0",
+                                     "--pipeline.microbatches=4",
+                                     "--pipeline.microbatch_size=2",
+                                     "--train.out_dir=" + out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = bw::testing::run_cli(args, out + ".log", 240);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return out;
+  };
+  const auto through = train("resume_through", {"--train.checkpoint_every=2"});
+  const auto resumed =
+      train("resume_resumed", {"--train.resume=" + through + "/checkpoint-000002"});
+  const auto want = load_checkpoint(through + "/checkpoint-000004");
+  const auto got = load_checkpoint(resumed + "/checkpoint-000004");
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (const auto* maps : {&want.weights, &want.optimizer}) {
+    const auto& other = maps == &want.weights ? got.weights : got.optimizer;
+    for (const auto& [name, t] : *maps) {
+      ASSERT_TRUE(other.count(name)) << name;
+      EXPECT_TRUE(torch::equal(other.at(name), t)) << name;
+    }
+  }
 }
 
 }  // namespace
