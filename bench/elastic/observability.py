@@ -127,7 +127,7 @@ def main():
                 # of 1024 tokens: seconds, not minutes, on a small machine); its 14 layers hold
                 # 8 chunks, so one wave.
                 compare(binary, tmp, 4, "gpt2-124m",
-                        ["--cluster.nodes=4", "--pipeline.pipelines=[4]",
+                        ["--cluster.nodes=4", "--pipeline.pipelines=[4]", "--pipeline.fault_tolerance=0",
                          "--pipeline.microbatches=8", "--pipeline.microbatch_size=1",
                          "--pipeline.waves=1", "--model.seq_len=128"],
                         "hanayo", 4, 8, 1, 1, seq=128)
