@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../runtime/cli_runner.h"
+#include "run_files.h"
 
 namespace bw::elastic {
 namespace {
@@ -113,15 +114,7 @@ std::string dir() {
   return d;
 }
 
-std::string corpus() {
-  const auto path = (fs::path(dir()) / "corpus.txt").string();
-  if (!fs::exists(path)) {
-    std::ofstream out(path);
-    std::mt19937 rng(3);
-    for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + rng() % 26);
-  }
-  return path;
-}
+std::string corpus() { return testing::letters_corpus(dir(), 3); }
 
 struct BalanceRun {
   int status = -1;
@@ -148,11 +141,9 @@ BalanceRun train(const std::string& name, const std::vector<std::string>& extra)
   BalanceRun run;
   run.status = r.timed_out ? -1 : r.status;
   run.output = r.output;
-  std::ifstream metrics(fs::path(out_dir) / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    auto j = nlohmann::json::parse(line);
-    (j.contains("event") ? run.events : run.steps).push_back(j);
-  }
+  auto metrics = testing::read_run_metrics(out_dir);
+  run.steps = std::move(metrics.steps);
+  run.events = std::move(metrics.events);
   return run;
 }
 

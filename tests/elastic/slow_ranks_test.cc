@@ -4,6 +4,8 @@
 // SlowRank (end to end): a run with one node injected slow flags that node's rank, and only it,
 // in metrics.jsonl, the progress line and the summary, and trains on exactly the samples and
 // to the same losses as the same run without the injection (the slowdown is time, not work).
+#include "elastic/slow_ranks.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +21,7 @@
 #include "../runtime/cli_runner.h"
 #include "core/error.h"
 #include "elastic/inject.h"
-#include "elastic/slow_ranks.h"
+#include "run_files.h"
 
 namespace bw::elastic {
 namespace {
@@ -96,15 +98,7 @@ std::string dir() {
   return d;
 }
 
-std::string corpus() {
-  const auto path = (fs::path(dir()) / "corpus.txt").string();
-  if (!fs::exists(path)) {
-    std::ofstream out(path);
-    std::mt19937 rng(5);
-    for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + rng() % 26);
-  }
-  return path;
-}
+std::string corpus() { return testing::letters_corpus(dir(), 5); }
 
 struct TrainRun {
   int status = -1;
@@ -131,11 +125,7 @@ TrainRun train(const std::string& name, const std::vector<std::string>& extra) {
   TrainRun run;
   run.status = r.timed_out ? -1 : r.status;
   run.output = r.output;
-  std::ifstream metrics(fs::path(out_dir) / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (!j.contains("event")) run.steps.push_back(j);
-  }
+  run.steps = testing::read_run_metrics(out_dir).steps;
   return run;
 }
 

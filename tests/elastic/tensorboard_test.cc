@@ -20,6 +20,7 @@
 #include "../runtime/cli_runner.h"
 #include "core/crc32c.h"
 #include "core/tb_events.h"
+#include "run_files.h"
 
 namespace bw::elastic {
 namespace {
@@ -32,15 +33,7 @@ std::string dir() {
   return d;
 }
 
-std::string corpus() {
-  const auto path = (fs::path(dir()) / "corpus.txt").string();
-  if (!fs::exists(path)) {
-    std::ofstream out(path);
-    std::mt19937 rng(11);
-    for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + rng() % 26);
-  }
-  return path;
-}
+std::string corpus() { return testing::letters_corpus(dir(), 11); }
 
 std::string run_reader(const std::string& tb_dir) {
   const std::string cmd = fmt::format("'{}' '{}/tests/elastic/tb_reader.py' '{}' 2>&1", BW_PYTHON,
@@ -65,22 +58,16 @@ TEST(TensorBoard, ARecoveredRunReadsBackInTensorBoardAsItsMetrics) {
   if (!have_tensorboard()) GTEST_SKIP() << "the tensorboard package is not in " << BW_PYTHON;
   const auto out_dir = (fs::path(dir()) / "run").string();
   const int steps = 6;
-  auto r = testing::run_cli({"train", "--quiet", "--cluster.nodes=4", "--model.name=tiny",
-                             "--data.path=" + corpus(), fmt::format("--train.steps={}", steps),
-                             "--train.sample_tokens=0", "--pipeline.microbatches=4",
-                             "--pipeline.microbatch_size=2", "--train.tensorboard=true",
-                             "--elastic.heartbeat_timeout_s=1.5",
-                             "--elastic.inject=kill:node=2:step=2:phase=backward",
-                             "--train.out_dir=" + out_dir},
-                            out_dir + ".log", 120);
+  auto r = testing::run_cli(
+      {"train", "--quiet", "--cluster.nodes=4", "--model.name=tiny", "--data.path=" + corpus(),
+       fmt::format("--train.steps={}", steps), "--train.sample_tokens=0",
+       "--pipeline.microbatches=4", "--pipeline.microbatch_size=2", "--train.tensorboard=true",
+       "--elastic.heartbeat_timeout_s=1.5", "--elastic.inject=kill:node=2:step=2:phase=backward",
+       "--train.out_dir=" + out_dir},
+      out_dir + ".log", 120);
   ASSERT_EQ(r.status, 0) << r.output;
 
-  std::vector<nlohmann::json> step_lines, events;
-  std::ifstream metrics(fs::path(out_dir) / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    auto j = nlohmann::json::parse(line);
-    (j.contains("event") ? events : step_lines).push_back(j);
-  }
+  auto [step_lines, events] = testing::read_run_metrics(out_dir);
   ASSERT_EQ(step_lines.size(), static_cast<size_t>(steps));
 
   const auto text = run_reader((fs::path(out_dir) / "tb").string());
@@ -133,11 +120,11 @@ TEST(TensorBoard, AnUnwritableFolderIsRefusedBeforeTheRun) {
   const auto out_dir = (fs::path(dir()) / "blocked").string();
   fs::create_directories(out_dir);
   std::ofstream(fs::path(out_dir) / "tb") << "a file where the folder should be\n";
-  auto r = testing::run_cli({"train", "--quiet", "--devices=1", "--model.name=tiny",
-                             "--data.path=" + corpus(), "--train.steps=2",
-                             "--train.sample_tokens=0", "--train.tensorboard=true",
-                             "--train.out_dir=" + out_dir},
-                            out_dir + ".log", 60);
+  auto r =
+      testing::run_cli({"train", "--quiet", "--devices=1", "--model.name=tiny",
+                        "--data.path=" + corpus(), "--train.steps=2", "--train.sample_tokens=0",
+                        "--train.tensorboard=true", "--train.out_dir=" + out_dir},
+                       out_dir + ".log", 60);
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("TensorBoard folder"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(fs::path(out_dir) / "metrics.jsonl") &&

@@ -25,6 +25,7 @@
 
 #include "../runtime/cli_runner.h"
 #include "core/error.h"
+#include "run_files.h"
 #include "runtime/trace_events.h"
 
 namespace bw::runtime {
@@ -139,15 +140,7 @@ std::string dir() {
   return d;
 }
 
-std::string corpus() {
-  const auto path = (fs::path(dir()) / "corpus.txt").string();
-  if (!fs::exists(path)) {
-    std::ofstream out(path);
-    std::mt19937 rng(7);
-    for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + rng() % 26);
-  }
-  return path;
-}
+std::string corpus() { return testing::letters_corpus(dir(), 7); }
 
 struct Slice {
   int pid, tid;
@@ -195,18 +188,12 @@ struct TracedRunResult {
 
 TracedRunResult traced_run(const std::string& name, const std::vector<std::string>& extra) {
   const auto out_dir = (fs::path(dir()) / name).string();
-  std::vector<std::string> args = {"train",
-                                   "--cluster.nodes=4",
-                                   "--pipeline.pipelines=[2,2]",
-                                   "--pipeline.schedule=hanayo",
-                                   "--pipeline.waves=2",
+  std::vector<std::string> args = {"train", "--cluster.nodes=4", "--pipeline.pipelines=[2,2]",
+                                   "--pipeline.schedule=hanayo", "--pipeline.waves=2",
                                    // 8 blocks: 10 layers, enough for the 8 chunks of 2 waves.
-                                   "--model.name=tiny:8",
-                                   "--data.path=" + corpus(),
-                                   "--train.steps=5",
-                                   "--train.sample_tokens=0",
-                                   "--pipeline.microbatches=8",
-                                   "--pipeline.microbatch_size=2",
+                                   "--model.name=tiny:8", "--data.path=" + corpus(),
+                                   "--train.steps=5", "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=8", "--pipeline.microbatch_size=2",
                                    "--train.out_dir=" + out_dir};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = testing::run_cli(args, out_dir + ".log", 180);
