@@ -13,7 +13,7 @@ build=${BW_BUILD_DIR:-$root/build}
 
 pkgs=(build-essential cmake pkg-config python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libpcre2-dev
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev fortunes librsvg2-bin
-      libssl-dev iproute2  # HMAC of the run token; network namespaces of the multi-host tests
+      ccache libssl-dev iproute2  # ccache: cached compilations; HMAC of the run token; network namespaces of the multi-host tests
       openssh-server openssh-client)  # `launch` over a real sshd (the test starts its own)
 missing=()
 for p in "${pkgs[@]}"; do
