@@ -128,8 +128,17 @@ def main():
                 b, e = meta["data_offsets"]
                 out[name] = struct.unpack(f"<{(e - b) // 4}f", data[b:e])
             return out
-        ck = f"checkpoint-{a.steps:06d}/model.safetensors"
-        got, want = load(os.path.join(out, ck)), load(os.path.join(ref_out, ck))
+        def load_checkpoint(root):
+            """Every stored tensor of the final checkpoint: its shards (or its one file)."""
+            ckpt = os.path.join(root, f"checkpoint-{a.steps:06d}")
+            with open(os.path.join(ckpt, "checkpoint.json")) as f:
+                manifest = json.load(f)
+            files = [s["model"] for s in manifest.get("shards", [])] or [manifest["weights"]]
+            out = {}
+            for name in files:
+                out.update(load(os.path.join(ckpt, name)))
+            return out
+        got, want = load_checkpoint(out), load_checkpoint(ref_out)
         worst = max(max(abs(x - y) for x, y in zip(got[k], want[k])) for k in want)
         print(f"final parameters: max |chaos - failure-free| = {worst:.3g}")
     except (OSError, KeyError, ValueError) as e:

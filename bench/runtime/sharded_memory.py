@@ -50,11 +50,17 @@ def run(model, d, out, recompute="none"):
 
 def vocab(out):
     """Vocabulary size from the final checkpoint's token embedding [V, D] (safetensors header)."""
-    path = os.path.join(out, "checkpoint-000002", "model.safetensors")
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-    return header["layers.0.wte.weight"]["shape"][0]
+    ckpt = os.path.join(out, "checkpoint-000002")
+    with open(os.path.join(ckpt, "checkpoint.json")) as f:
+        manifest = json.load(f)
+    files = [s["model"] for s in manifest.get("shards", [])] or [manifest["weights"]]
+    for name in files:
+        with open(os.path.join(ckpt, name), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        if "layers.0.wte.weight" in header:
+            return header["layers.0.wte.weight"]["shape"][0]
+    raise KeyError("layers.0.wte.weight")
 
 
 def predict(d, vocab_size, recompute=False):

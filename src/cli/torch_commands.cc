@@ -7,7 +7,7 @@ namespace bw::cli {
 
 namespace {
 
-constexpr std::array<TorchCommand, 8> kTorchCommands = {{
+constexpr std::array<TorchCommand, 9> kTorchCommands = {{
     {"profile measure", 20,
      "Time each layer's forward/backward and measure its memory on this machine"},
     {"train", 50, "Train a GPT with pipeline parallelism (config TOML + --section.key=value)"},
@@ -16,6 +16,8 @@ constexpr std::array<TorchCommand, 8> kTorchCommands = {{
     {"launch", 52,
      "Run a multi-host training run: the coordinator here, an agent per host over ssh"},
     {"export", 60, "Write a checkpoint as a Hugging Face model folder (--format hf)"},
+    {"checkpoint merge", 62,
+     "Write a sharded checkpoint as one model and one optimizer safetensors file"},
     {"generate", 61, "Continue a prompt with a trained model (KV cache, streamed to stdout)"},
     {"worker", 100, ""},
     {"agent", 101, "Join a multi-host run: the agent of this node (docs/multihost.md)"},

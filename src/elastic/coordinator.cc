@@ -40,6 +40,7 @@
 #include "model/flops.h"
 #include "model/init.h"
 #include "model/sample.h"
+#include "runtime/checkpoint_sink.h"
 #include "runtime/checkpointing.h"
 #include "runtime/device.h"
 #include "runtime/hf.h"
@@ -400,6 +401,16 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
   // One run per out_dir: a second one is refused with the first one's pid.
   s.out_lock.emplace(runtime::OutDirLock::acquire(config.train.out_dir));
   runtime::remove_partial_checkpoints(config.train.out_dir);  // leftovers of an interrupted run
+  if (!config.checkpoint.dir.empty()) {
+    runtime::check_out_dir_usable(config.checkpoint.dir, "checkpoint.dir");
+    std::error_code ec;
+    fs::create_directories(config.checkpoint.dir, ec);
+    if (ec) {
+      throw ConfigError(fmt::format("cannot create checkpoint.dir '{}': {}; choose a writable path",
+                                    config.checkpoint.dir, ec.message()));
+    }
+    runtime::remove_partial_checkpoints(config.checkpoint.dir);
+  }
   io::write_file((fs::path(config.train.out_dir) / "config.toml").string(),
                  runtime::to_toml(config, /*with_comments=*/false), "resolved config");
 }
@@ -662,20 +673,46 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     auto ckpt = runtime::load_checkpoint(setup.resume);
     worker.load_state(ckpt.weights, &ckpt.optimizer);
   }
+  // The one shard goes through the same sink as a worker's, committed once it is durable.
+  runtime::DirectorySinkOptions sink_options;
+  sink_options.async = config.checkpoint.async;
+  sink_options.host = runtime::host_name();
+  sink_options.write_delay = runtime::write_delay_from_env();
+  auto sink = runtime::make_directory_sink(sink_options);
+  std::map<int64_t, SkipCount> saved_skips;  // by steps done, until committed
+  const auto root = runtime::checkpoint_root(config);
+  auto commit = [&](const std::vector<runtime::DurableShard>& durable) {
+    for (const auto& d : durable) {
+      auto info = report.checkpoint_info(static_cast<int>(d.steps_done), setup.run,
+                                         saved_skips.at(d.steps_done));
+      info.shards = {d.files};
+      for (const auto& [name, digest] : d.digests) info.files[name] = digest;
+      saved_skips.erase(d.steps_done);
+      report.summary.checkpoint = runtime::commit_checkpoint(
+          runtime::checkpoint_dir(root, static_cast<int>(d.steps_done)), std::move(info));
+      runtime::retain_checkpoints(root, config.checkpoint.keep);
+    }
+  };
+  const auto drain_deadline = std::chrono::milliseconds(
+      static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
+  double checkpoint_ms = 0.0;
   auto write_checkpoint = [&](int steps_done) {
-    const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
-    runtime::write_shard(worker, dir);
-    return runtime::merge_shards(dir, 1, report.checkpoint_info(steps_done, setup.run, skips));
+    saved_skips[steps_done] = skips;
+    checkpoint_ms = sink->save(runtime::checkpoint_dir(root, steps_done), steps_done, 0,
+                               worker.owned_layers(), worker.owned_parameters(),
+                               worker.owned_optimizer_state());
   };
   auto t_prev = SteadyClock::now();
   for (int step = setup.first_step; step < steps; ++step) {
     cur_step = step;
     auto prepared = worker.prepare(step);
     auto& r = prepared.report;
+    r.checkpoint_ms = std::exchange(checkpoint_ms, 0.0);
     const SkipCount before = skips;
     const StepVerdict verdict = judge_step(config.train, r.loss, r.grad_norm, skips);
     if (verdict == StepVerdict::kStop) {  // the rule the supervisor applies (nonfinite.h)
-      throw ConfigError(divergence_message(config.train, step, r.loss, r.grad_norm, before));
+      throw ConfigError(divergence_message(config.train, step, r.loss, r.grad_norm, before,
+                                           runtime::checkpoint_root(config)));
     }
     const bool finite = verdict == StepVerdict::kApply;
     if (finite) {
@@ -684,13 +721,14 @@ void run_single_process(RunSetup& setup, RunReport& report) {
       worker.skip(step);
     }
     if (g_signals > 0 && step + 1 < steps) {
-      const auto sidecar = write_checkpoint(step + 1);
+      write_checkpoint(step + 1);
+      commit(sink->drain(drain_deadline));  // durable before the exit status
+      const auto sidecar = report.summary.checkpoint;
       throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
                                     sidecar, resume_hint(sidecar)));
     }
-    if (runtime::checkpoint_due(config.train, step)) {
-      report.summary.checkpoint = write_checkpoint(step + 1);
-    }
+    if (runtime::checkpoint_due(config.train, step)) write_checkpoint(step + 1);
+    commit(sink->take_durable());
     StepSummary s;
     s.step = step;
     s.loss = r.loss;
@@ -712,6 +750,7 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     report.step(std::move(s));
     if (worker.traced(step)) report.traced().back().ranks.push_back(worker.take_trace(step));
   }
+  commit(sink->drain(drain_deadline));  // the final checkpoint is durable before the run ends
   report.write_trace(true);
 }
 
@@ -725,6 +764,7 @@ SupervisorOptions supervisor_options(const RunSetup& setup) {
   so.skipped = setup.skips.total;
   so.consecutive_skips = setup.skips.consecutive;
   so.rebalance = config.elastic.rebalance;
+  so.async_checkpoints = !(setup.remote && config.checkpoint.dir.empty());  // as run_cluster
   so.rebalance_gain = config.elastic.rebalance_gain;
   so.rebalance_window = config.elastic.slow_window;
   so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
@@ -768,7 +808,27 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
   sup.on_plan = [&report](const RunPlan& p) { report.plan(p); };
   sup.on_checkpoint = [&report, &config, &sup, store, via_store](
                           int steps_done, int shards, const RunPlan& p, const std::string& prefix) {
-    const auto dir = runtime::checkpoint_dir(config.train.out_dir, steps_done);
+    const auto root = runtime::checkpoint_root(config);
+    const auto dir = runtime::checkpoint_dir(root, steps_done);
+    if (!via_store) {
+      // Every shard is durable where its worker wrote it: commit the manifest, nothing else.
+      auto info = report.checkpoint_info(steps_done, p, sup.skips_at(steps_done));
+      for (int r = 0; r < shards; ++r) {
+        const auto key = keys::checkpoint_ack(prefix, r);
+        const auto bytes = store->get(key);
+        auto d = runtime::durable_shard_from_json(
+            nlohmann::json::parse(std::string(bytes.begin(), bytes.end()), nullptr, false), key);
+        BW_CHECK(d.steps_done == steps_done && d.files.shard == r,
+                 "{} acknowledges shard {} of step {}, not shard {} of step {}", key,
+                 d.files.shard, d.steps_done, r, steps_done);
+        info.shards.push_back(d.files);
+        for (const auto& [name, digest] : d.digests) info.files[name] = digest;
+        store->deleteKey(key);
+      }
+      report.summary.checkpoint = runtime::commit_checkpoint(dir, std::move(info));
+      runtime::retain_checkpoints(root, config.checkpoint.keep);
+      return report.summary.checkpoint;
+    }
     try {
       if (via_store) receive_shards(*store, prefix, shards, dir);
     } catch (...) {
@@ -787,15 +847,16 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
     // no partial staging behind for a later generation's writers to mix with (the stop save,
     // "g{g}/final", ends the run: every staging directory goes).
     if (via_store) return;
+    for (int r = 0; r < shards; ++r) store->deleteKey(keys::checkpoint_ack(prefix, r));
     std::error_code ec;
+    const auto root = runtime::checkpoint_root(config);
     const auto at = prefix.find("/ckpt/");
     if (at != std::string::npos) {
       const int steps = std::stoi(prefix.substr(at + 6));
-      fs::remove_all(runtime::staging_dir(runtime::checkpoint_dir(config.train.out_dir, steps)),
-                     ec);
+      fs::remove_all(runtime::staging_dir(runtime::checkpoint_dir(root, steps)), ec);
       return;
     }
-    for (const auto& entry : fs::directory_iterator(config.train.out_dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
       const auto name = entry.path().filename().string();
       if (name.starts_with("checkpoint-") && name.ends_with(".tmp"))
         fs::remove_all(entry.path(), ec);
@@ -857,7 +918,9 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   put(keys::config(), runtime::to_toml(config));
   // Local workers share this filesystem and write and read checkpoints themselves, in
   // parallel; across hosts nothing is assumed shared and checkpoints pass through the store.
-  const bool via_store = remote;
+  // A multi-host run whose checkpoint.dir names a filesystem every host sees writes like a local
+  // one; otherwise its checkpoints travel through the store (shard_store.h).
+  const bool via_store = remote && config.checkpoint.dir.empty();
   put(keys::checkpoint_io(), via_store ? "store" : "files");
   put(keys::workers_per_host(),
       std::to_string(remote ? ctx.devices_per_node : ctx.cluster.num_nodes * ctx.devices_per_node));

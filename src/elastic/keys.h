@@ -93,5 +93,10 @@ inline std::string checkpoint_shards(int g, int steps) {
   return fmt::format("g{}/ckpt/{}", g, steps);
 }
 inline std::string final_shards(int g) { return fmt::format("g{}/final", g); }
+// A shard of the checkpoint under `prefix` (one of the two above) is durable where the workers
+// write (runtime/checkpoint_sink.h): JSON DurableShard, set before the counter is bumped.
+inline std::string checkpoint_ack(const std::string& prefix, int shard) {
+  return fmt::format("{}/ack/{}", prefix, shard);
+}
 
 }  // namespace bw::elastic::keys

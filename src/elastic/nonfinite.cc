@@ -21,9 +21,11 @@ StepVerdict judge_step(const runtime::TrainConfig& train, double loss, double gr
 }
 
 std::string divergence_message(const runtime::TrainConfig& train, int step, double loss,
-                               double grad_norm, const SkipCount& skips) {
+                               double grad_norm, const SkipCount& skips,
+                               const std::string& checkpoint_root) {
   int ck_step = -1;
-  const auto ck = runtime::latest_checkpoint(train.out_dir, &ck_step);
+  const auto ck =
+      runtime::latest_checkpoint(checkpoint_root.empty() ? train.out_dir : checkpoint_root, &ck_step);
   return fmt::format(
       "training diverged at step {}: the loss is {} and the gradient norm {}{}; the step was "
       "not applied. {}; lower train.lr, raise train.warmup_steps or tighten train.grad_clip",

@@ -28,6 +28,7 @@ StepVerdict judge_step(const runtime::TrainConfig& train, double loss, double gr
 // The error of a kStop: the values, the skip count where it applies, the newest complete
 // checkpoint under train.out_dir to resume from, and what to change.
 std::string divergence_message(const runtime::TrainConfig& train, int step, double loss,
-                               double grad_norm, const SkipCount& skips);
+                               double grad_norm, const SkipCount& skips,
+                               const std::string& checkpoint_root = {});
 
 }  // namespace bw::elastic

@@ -144,7 +144,7 @@ void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<C
   committed_ = first_step;
   last_commit_ms_ = clock_.now_ms();
   phase_ = first_step >= opt_.steps ? Phase::kFinish : Phase::kRun;
-  if (phase_ == Phase::kFinish) pending_checkpoints_.insert(opt_.steps);
+  if (phase_ == Phase::kFinish) pending_checkpoints_[opt_.steps] = {g_, run_};
   finish_deadline_ms_ = last_commit_ms_ + opt_.step_timeout_ms;
   if (on_plan) on_plan(run_);
 }
@@ -318,6 +318,7 @@ void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
   e.detect_ms = now - fail_ms;
   runtime::log(runtime::LogLevel::kInfo, "node {} lost at step {}: {}", node, committed_, cause);
   if (on_event) on_event(e);
+  if (opt_.async_checkpoints) drop_checkpoints_of(node);
   if (!st.in_plan) return;  // a joining node that died before it joined
   st.in_plan = false;
   failed_.insert(node);
@@ -450,7 +451,8 @@ void Supervisor::poll_run() {
       set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
       outcome_.kind = Outcome::kFailed;
       outcome_.config_error = true;
-      outcome_.message = divergence_message(train, committed_, loss, norm, before);
+      outcome_.message = divergence_message(train, committed_, loss, norm, before,
+                                            runtime::checkpoint_root(ctx_.config));
       phase_ = Phase::kDone;
       return;
     }
@@ -473,7 +475,7 @@ void Supervisor::poll_run() {
     last_commit_ms_ = now;
     ++committed_;
     if (runtime::checkpoint_due(ctx_.config.train, rec.step)) {
-      pending_checkpoints_.insert(committed_);
+      pending_checkpoints_[committed_] = {g_, run_};
       checkpoint_skips_[committed_] = skips_;
     }
     if (pending_ && !gen_committed_any_) report_recovery(rec.step, now);
@@ -550,13 +552,57 @@ void Supervisor::poll_run() {
       }
     }
   }
+  settle_checkpoints(false);
+}
+
+bool Supervisor::shards_arrived(int steps_done, const PendingCheckpoint& p) const {
+  return counter(*store_, keys::num_saved(p.g, steps_done - 1)) == p.run.layout.world_size();
+}
+
+void Supervisor::settle_checkpoints(bool ending) {
   for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
-    if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
-      if (on_checkpoint) on_checkpoint(*it, world, run_, keys::checkpoint_shards(g_, *it));
-      it = pending_checkpoints_.erase(it);
+    const int steps_done = it->first;
+    const auto& p = it->second;
+    const int shards = p.run.layout.world_size();
+    const auto prefix = keys::checkpoint_shards(p.g, steps_done);
+    if (shards_arrived(steps_done, p)) {
+      if (on_checkpoint) {
+        const auto path = on_checkpoint(steps_done, shards, p.run, prefix);
+        if (steps_done == committed_) outcome_.checkpoint = path;
+      }
+    } else if (ending) {
+      if (on_checkpoint_dropped) on_checkpoint_dropped(prefix, shards);
+      runtime::log(runtime::LogLevel::kWarn,
+                   "checkpoint at step {} dropped: its shards were not all durable when the run "
+                   "stopped",
+                   steps_done);
     } else {
       ++it;
+      continue;
     }
+    it = pending_checkpoints_.erase(it);
+  }
+}
+
+void Supervisor::drop_checkpoints_of(int node) {
+  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
+    const int steps_done = it->first;
+    const auto& p = it->second;
+    const auto prefix = keys::checkpoint_shards(p.g, steps_done);
+    bool missing = false;
+    for (int r = 0; r < p.run.layout.world_size() && !missing; ++r) {
+      missing = p.run.workers[r] / ctx_.devices_per_node == node &&
+                !exists(*store_, keys::checkpoint_ack(prefix, r));
+    }
+    if (!missing || shards_arrived(steps_done, p)) {
+      ++it;
+      continue;
+    }
+    if (on_checkpoint_dropped) on_checkpoint_dropped(prefix, p.run.layout.world_size());
+    runtime::log(runtime::LogLevel::kWarn,
+                 "checkpoint at step {} dropped: node {} was lost before its shard was durable",
+                 steps_done, node);
+    it = pending_checkpoints_.erase(it);
   }
 }
 
@@ -581,24 +627,11 @@ void Supervisor::poll_quiesce() {
         for (int l : *stopped.layers) held[l] = {0, model::num_parameters(ctx_.model, l)};
       }
     }
-    // A checkpoint whose shards all made it before the stop is complete; others are dropped.
-    const int world = run_.layout.world_size();
-    for (int steps_done : pending_checkpoints_) {
-      if (counter(*store_, keys::num_saved(g_, steps_done - 1)) == world) {
-        if (on_checkpoint)
-          on_checkpoint(steps_done, world, run_, keys::checkpoint_shards(g_, steps_done));
-      } else {
-        if (on_checkpoint_dropped)
-          on_checkpoint_dropped(keys::checkpoint_shards(g_, steps_done), world);
-        std::error_code ec;
-        fs::remove_all(
-            runtime::staging_dir(runtime::checkpoint_dir(ctx_.config.train.out_dir, steps_done)),
-            ec);
-        runtime::log(runtime::LogLevel::kWarn,
-                     "checkpoint at step {} dropped: a failure interrupted its shards", steps_done);
-      }
-    }
-    pending_checkpoints_.clear();
+    // A checkpoint whose shards all made it is complete. Shards written in the background may
+    // still be on their way from live workers (they are acknowledged in a later generation; a
+    // writer lost first dropped them, drop_checkpoints_of); shards uploaded through the store
+    // inside the step that did not arrive never will.
+    settle_checkpoints(/*ending=*/!opt_.async_checkpoints);
     if (recovery_) recovery_->quiesced_ms = now;
     if (stopping_) {
       stop("stopped on request (a signal)");
@@ -779,8 +812,14 @@ void Supervisor::stop(const std::string& why) {
                          ? fmt::format("stopped at step {} on request", committed_)
                          : fmt::format("cannot continue after losing node(s) {} at step {}: {}",
                                        fmt::join(failed_, ","), committed_, why);
-  if (lost.empty() && !by_writer.empty()) {
-    save_dir_ = runtime::checkpoint_dir(ctx_.config.train.out_dir, committed_);
+  if (opt_.async_checkpoints && pending_checkpoints_.count(committed_) > 0) {
+    // A periodic checkpoint of this very step is being written: it is the stop's checkpoint.
+    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    save_is_pending_ = true;
+    phase_ = Phase::kSave;
+    save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
+  } else if (lost.empty() && !by_writer.empty()) {
+    save_dir_ = runtime::checkpoint_dir(runtime::checkpoint_root(ctx_.config), committed_);
     std::error_code ec;
     fs::remove_all(runtime::staging_dir(save_dir_), ec);
     nlohmann::json shards = nlohmann::json::object();
@@ -797,7 +836,8 @@ void Supervisor::stop(const std::string& why) {
     phase_ = Phase::kSave;
     save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
   } else {
-    const auto [step, path] = last_checkpoint(ctx_.config.train.out_dir);
+    settle_checkpoints(true);
+    const auto [step, path] = last_checkpoint(runtime::checkpoint_root(ctx_.config));
     outcome_.message += fmt::format(
         "; no surviving replica of layer(s) {}, so the state at step {} is lost; {}",
         fmt::join(lost, ","), committed_,
@@ -814,7 +854,20 @@ void Supervisor::stop(const std::string& why) {
 }
 
 void Supervisor::poll_save() {
-  if (counter(*store_, keys::num_final(g_)) == static_cast<int64_t>(save_writers_.size())) {
+  if (save_is_pending_) {
+    // The state at committed_ is already being written by a periodic checkpoint: the stop waits
+    // for it (settle_checkpoints sets outcome_.checkpoint when it commits).
+    settle_checkpoints(false);
+    if (pending_checkpoints_.count(committed_) == 0) {
+      settle_checkpoints(true);
+      if (outcome_.checkpoint.empty())
+        outcome_.message += fmt::format("; the checkpoint at step {} was dropped", committed_);
+      phase_ = Phase::kDone;
+      return;
+    }
+  } else if (counter(*store_, keys::num_final(g_)) ==
+             static_cast<int64_t>(save_writers_.size())) {
+    settle_checkpoints(true);  // earlier ones first: the stop save is the newest
     if (on_checkpoint) {
       outcome_.checkpoint = on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_,
                                           keys::final_shards(g_));
@@ -824,8 +877,9 @@ void Supervisor::poll_save() {
   }
   if (clock_.now_ms() > save_deadline_ms_) {
     outcome_.message += "; the survivors did not write the checkpoint in time";
-    if (on_checkpoint_dropped)
+    if (on_checkpoint_dropped && !save_is_pending_)
       on_checkpoint_dropped(keys::final_shards(g_), static_cast<int>(save_writers_.size()));
+    settle_checkpoints(true);
     phase_ = Phase::kDone;
   }
 }
@@ -833,14 +887,7 @@ void Supervisor::poll_save() {
 void Supervisor::poll_finish() {
   const int world = run_.layout.world_size();
   const double now = clock_.now_ms();
-  for (auto it = pending_checkpoints_.begin(); it != pending_checkpoints_.end();) {
-    if (counter(*store_, keys::num_saved(g_, *it - 1)) == world) {
-      if (on_checkpoint) on_checkpoint(*it, world, run_, keys::checkpoint_shards(g_, *it));
-      it = pending_checkpoints_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  settle_checkpoints(false);
   if (pending_checkpoints_.empty() && counter(*store_, keys::num_done(g_)) == world) {
     // Every replica of every layer must be bitwise identical: parameters and AdamW state.
     // Keys: a whole layer "{layer}", or a segment of a segmented one "{layer}/{begin}-{end}".

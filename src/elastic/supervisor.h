@@ -126,6 +126,10 @@ struct SupervisorOptions {
   bool rebalance = false;
   double rebalance_gain = 0.1;
   int rebalance_window = 5;
+  // Workers write their own checkpoint shards in the background (runtime/checkpoint_sink.h) and
+  // acknowledge each when durable, possibly in a later generation; false: shards are uploaded
+  // through the store inside the step (shard_store.h).
+  bool async_checkpoints = true;
 };
 
 // How the run ended.
@@ -250,7 +254,20 @@ class Supervisor {
   double quiesce_deadline_ms_ = 0;
   std::optional<Recovery> recovery_;
   std::optional<Recovery> pending_;    // published, waiting for the first commit of g+1
-  std::set<int> pending_checkpoints_;  // steps done whose shards are being written
+  // Checkpoints whose shards are being written, by steps done: the generation and plan they
+  // were saved under (their shards are that plan's ranks).
+  struct PendingCheckpoint {
+    int g = 0;
+    RunPlan run;
+  };
+  std::map<int, PendingCheckpoint> pending_checkpoints_;
+  // Commits the pending checkpoints whose shards are all there; with `ending` (the run stops)
+  // drops the others. Sets outcome_.checkpoint when the one at committed_ is committed.
+  void settle_checkpoints(bool ending);
+  // Drops the pending checkpoints that a shard of `node`'s workers is still missing from.
+  void drop_checkpoints_of(int node);
+  bool shards_arrived(int steps_done, const PendingCheckpoint& p) const;
+  bool save_is_pending_ = false;  // the stop waits for the pending checkpoint at committed_
   double finish_deadline_ms_ = 0;
   // worker -> layer -> range [begin, end) of its flat values held, from stopped reports.
   std::map<int, std::map<int, std::pair<int64_t, int64_t>>> holdings_;

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/check.h"
@@ -17,6 +19,7 @@
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/shard_store.h"
+#include "runtime/checkpoint_sink.h"
 #include "runtime/checkpointing.h"
 #include "runtime/comm.h"
 #include "runtime/config.h"
@@ -192,19 +195,47 @@ struct Context {
   milliseconds timeout{120000};
   int step = 0;           // the step in flight, for fault injection
   bool via_store = true;  // keys::checkpoint_io(): checkpoints and resume through the store
+  // Where this worker's checkpoint shards go when they do not travel through the store.
+  std::unique_ptr<runtime::CheckpointSink> sink;
+  // Shards handed to the sink and not yet acknowledged, oldest first: the prefix their record
+  // goes under and the counter it bumps.
+  std::deque<std::pair<std::string, std::string>> unacked;
+  double checkpoint_ms = 0.0;  // blocked in the last save, for the next step's report
 };
 
-// This rank's shard of a checkpoint of `steps` steps: written into train.out_dir's staging
-// directory, or uploaded for the coordinator to write (keys::checkpoint_io()).
-void save_shard(Context& cx, runtime::Worker& worker, int g, int rank, int steps) {
-  if (!cx.via_store) {
-    runtime::write_shard(worker, runtime::checkpoint_dir(cx.config.train.out_dir, steps));
-    return;
+// Tells the coordinator which shards are durable (the sink's records, in the order saved).
+void acknowledge(Context& cx, const std::vector<runtime::DurableShard>& durable) {
+  for (const auto& d : durable) {
+    BW_CHECK(!cx.unacked.empty(), "a durable shard of step {} that was never saved", d.steps_done);
+    const auto [prefix, counter] = cx.unacked.front();
+    cx.unacked.pop_front();
+    set_string(*cx.store, keys::checkpoint_ack(prefix, d.files.shard), to_json(d).dump());
+    cx.store->add(counter, 1);
   }
+}
+
+// Waits until every shard this worker handed over is durable, and says so (before it reports
+// anything the coordinator would take for the end of the generation).
+void drain_checkpoints(Context& cx) {
+  if (cx.sink) acknowledge(cx, cx.sink->drain(cx.timeout));
+}
+
+// This rank's shard of a checkpoint of `steps` steps: handed to the sink (written where the
+// workers are, in the background), or uploaded for the coordinator to write
+// (keys::checkpoint_io()).
+void save_shard(Context& cx, runtime::Worker& worker, int g, int rank, int steps) {
   // In this order on every rank: both gather over sharded stages.
   const auto parameters = worker.owned_parameters();
   const auto optimizer_state = worker.owned_optimizer_state();
+  if (!cx.via_store) {
+    cx.unacked.emplace_back(keys::checkpoint_shards(g, steps), keys::num_saved(g, steps - 1));
+    cx.checkpoint_ms = cx.sink->save(
+        runtime::checkpoint_dir(runtime::checkpoint_root(cx.config), steps), steps, rank,
+        worker.owned_layers(), parameters, optimizer_state);
+    return;
+  }
   upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters, optimizer_state);
+  cx.store->add(keys::num_saved(g, steps - 1), 1);
 }
 
 nlohmann::json checksums(runtime::ModelState& state, const runtime::Worker& worker,
@@ -267,6 +298,7 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
     cx.step = step;
     worker.set_slowdown(cx.injector->slowdown(step));
     auto prepared = worker.prepare(step);
+    prepared.report.checkpoint_ms = std::exchange(cx.checkpoint_ms, 0.0);
     set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
     cx.store->add(keys::num_ready(g, step), 1);
     const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
@@ -288,17 +320,15 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
       committed_any = true;
       state.keep_only(mine);
     }
-    if (runtime::checkpoint_due(cx.config.train, step)) {
-      save_shard(cx, worker, g, rank, step + 1);
-      cx.store->add(keys::num_saved(g, step), 1);
-    }
+    if (runtime::checkpoint_due(cx.config.train, step)) save_shard(cx, worker, g, rank, step + 1);
+    if (cx.sink) acknowledge(cx, cx.sink->take_durable());
     if (decision == "last") break;
   }
   if (state.steps_done == steps) {
     if (first_step == steps) {  // a generation formed after the last commit
       save_shard(cx, worker, g, rank, steps);
-      cx.store->add(keys::num_saved(g, steps - 1), 1);
     }
+    drain_checkpoints(cx);  // the final checkpoint is durable before the run can end
     if (runtime::eval_due(cx.config.train, steps)) {
       // The validation loss after the last step; a generation formed after a failure here
       // evaluates again, from the same parameters.
@@ -476,6 +506,13 @@ int run_worker_process(const WorkerArgs& args) {
     cx.config = runtime::parse_run_config(await(*cx.store, keys::config(), "the config"),
                                           "the coordinator's config", {});
     cx.via_store = await(*cx.store, keys::checkpoint_io(), "the checkpoint mode") != "files";
+    if (!cx.via_store) {
+      runtime::DirectorySinkOptions so;
+      so.async = cx.config.checkpoint.async;
+      so.host = runtime::host_name();
+      so.write_delay = runtime::write_delay_from_env();
+      cx.sink = runtime::make_directory_sink(so);
+    }
     cx.timeout = milliseconds(static_cast<int64_t>(cx.config.elastic.step_timeout_s * 1000.0));
     cx.store->setTimeout(cx.timeout);
     const auto period = milliseconds(std::clamp<int64_t>(
@@ -506,6 +543,9 @@ int run_worker_process(const WorkerArgs& args) {
                             "a generation to join"));
     while (true) {
       run_generation(cx, g);
+      // Shards still being written are acknowledged when durable, from a later generation's
+      // steps or at the end (the coordinator keeps their checkpoint pending meanwhile).
+      if (cx.sink) acknowledge(cx, cx.sink->take_durable());
       if (cx.state) {
         set_string(*cx.store, keys::stopped(g, args.worker),
                    nlohmann::json{{"steps_done", cx.state->steps_done},
@@ -525,17 +565,21 @@ int run_worker_process(const WorkerArgs& args) {
         if (save.at("shards").contains(key)) {
           const auto& mine = save.at("shards").at(key);
           const auto layers = mine.at("layers").get<std::vector<int>>();
+          const int shard = mine.at("shard").get<int>();
           if (cx.via_store) {
-            upload_shard(*cx.store, keys::final_shards(g), mine.at("shard").get<int>(),
-                         cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
+            upload_shard(*cx.store, keys::final_shards(g), shard, cx.state->parameters_of(layers),
+                         cx.state->optimizer_state_of(layers));
+            cx.store->add(keys::num_final(g), 1);
           } else {
-            runtime::write_shard(save.at("dir").get<std::string>(), mine.at("shard").get<int>(),
-                                 cx.state->parameters_of(layers),
-                                 cx.state->optimizer_state_of(layers));
+            // The stop save: the same sink, durable before this process exits.
+            cx.unacked.emplace_back(keys::final_shards(g), keys::num_final(g));
+            cx.sink->save(save.at("dir").get<std::string>(), cx.state->steps_done, shard, layers,
+                          cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
+            drain_checkpoints(cx);
           }
-          cx.store->add(keys::num_final(g), 1);
         }
       }
+      drain_checkpoints(cx);  // a periodic checkpoint still in flight is durable before the exit
       return 0;
     }
   } catch (const std::exception& e) {

@@ -265,14 +265,26 @@ void write_sidecar(const std::string& path, const CheckpointInfo& info) {
     files[name] = {{"bytes", d.bytes}, {"crc32c", crc32c_hex(d.crc32c)}};
   }
   Json doc = {{"format", "breakwater-checkpoint"},
-              {"version", 2},
+              {"version", info.shards.empty() ? 2 : 3},
               {"step", info.step},
-              {"next_sample", info.next_sample},
-              {"weights", info.weights},
-              {"optimizer", info.optimizer},
-              {"config", info.config_toml},
-              {"extra", info.extra},
-              {"files", files}};
+              {"next_sample", info.next_sample}};
+  if (info.shards.empty()) {
+    doc["weights"] = info.weights;
+    doc["optimizer"] = info.optimizer;
+  } else {
+    Json shards = Json::array();
+    for (const auto& sh : info.shards) {
+      shards.push_back({{"shard", sh.shard},
+                        {"host", sh.host},
+                        {"layers", sh.layers},
+                        {"model", sh.model},
+                        {"optimizer", sh.optimizer}});
+    }
+    doc["shards"] = shards;
+  }
+  doc["config"] = info.config_toml;
+  doc["extra"] = info.extra;
+  doc["files"] = files;
   std::string text = doc.dump(2) + "\n";
   write_atomically(path, /*sync=*/true,
                    [&](io::FileWriter& out) { out.write(text.data(), text.size()); });

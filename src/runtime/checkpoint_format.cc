@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <set>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -135,9 +136,9 @@ CheckpointInfo parse_sidecar(const Json& doc, const std::string& where) {
                     where));
   }
   long long version = json::get_int(doc, "version", where);
-  if (version != 1 && version != 2) {
+  if (version < 1 || version > 3) {
     throw ConfigError(
-        fmt::format("{} has version {}; this build reads versions 1 and 2", where, version));
+        fmt::format("{} has version {}; this build reads versions 1 to 3", where, version));
   }
   CheckpointInfo info;
   info.step = json::get_int(doc, "step", where);
@@ -146,8 +147,10 @@ CheckpointInfo parse_sidecar(const Json& doc, const std::string& where) {
     throw ConfigError(fmt::format("{}: step ({}) and next_sample ({}) must be >= 0", where,
                                   info.step, info.next_sample));
   }
-  info.weights = json::get_string(doc, "weights", where);
-  info.optimizer = json::get_string(doc, "optimizer", where);
+  if (version <= 2) {
+    info.weights = json::get_string(doc, "weights", where);
+    info.optimizer = json::get_string(doc, "optimizer", where);
+  }
   info.config_toml = json::get_string(doc, "config", where);
   if (doc.contains("extra")) info.extra = doc["extra"];
   if (version >= 2) {
@@ -167,7 +170,43 @@ CheckpointInfo parse_sidecar(const Json& doc, const std::string& where) {
       digest.crc32c = static_cast<uint32_t>(v);
       info.files[name] = digest;
     }
-    for (const auto& f : {info.weights, info.optimizer}) {
+    std::vector<std::string> named;
+    if (version == 2) named = {info.weights, info.optimizer};
+    if (version == 3) {
+      if (!doc.contains("shards") || !doc["shards"].is_array() || doc["shards"].empty()) {
+        throw ConfigError(fmt::format("{}: version 3 needs a non-empty \"shards\" list", where));
+      }
+      std::set<int> seen;
+      for (const auto& d : doc["shards"]) {
+        const std::string w = fmt::format("{}: shards[{}]", where, info.shards.size());
+        ShardFiles sh;
+        sh.shard = static_cast<int>(json::get_int_in(d, "shard", w, 0, 1 << 20));
+        if (!seen.insert(sh.shard).second) {
+          throw ConfigError(fmt::format("{}: shard {} is listed twice", w, sh.shard));
+        }
+        sh.host = json::get_string(d, "host", w);
+        sh.model = json::get_string(d, "model", w);
+        sh.optimizer = json::get_string(d, "optimizer", w);
+        if (!d.contains("layers") || !d["layers"].is_array()) {
+          throw ConfigError(fmt::format("{}: \"layers\" must be a list of layer indices", w));
+        }
+        for (const auto& l : d["layers"]) {
+          if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > (1 << 20)) {
+            throw ConfigError(fmt::format("{}: \"layers\" must be a list of layer indices", w));
+          }
+          sh.layers.push_back(l.get<int>());
+        }
+        for (const auto& f : {sh.model, sh.optimizer}) {
+          if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
+            throw ConfigError(
+                fmt::format("{}: file '{}' must be a plain name inside the checkpoint", w, f));
+          }
+          named.push_back(f);
+        }
+        info.shards.push_back(std::move(sh));
+      }
+    }
+    for (const auto& f : named) {
       if (info.files.count(f) == 0) {
         throw ConfigError(fmt::format("{}: \"files\" has no digest for '{}'", where, f));
       }

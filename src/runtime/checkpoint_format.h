@@ -59,6 +59,17 @@ SafetensorsLayout parse_safetensors_header(std::string_view text, int64_t data_b
 
 [[noreturn]] void safetensors_corrupt(const std::string& path, const std::string& what);
 
+// One shard of a sharded checkpoint (version 3): the two files one worker wrote, relative to the
+// sidecar, the layers whose tensors they hold, and the host that wrote them.
+struct ShardFiles {
+  int shard = 0;
+  std::vector<int> layers;
+  std::string host;
+  std::string model;      // safetensors of its parameters
+  std::string optimizer;  // safetensors of its optimizer state
+  bool operator==(const ShardFiles&) const = default;
+};
+
 struct CheckpointInfo {
   int64_t step = 0;         // steps completed: the run resumes at this step
   int64_t next_sample = 0;  // first global sample of the next step (the data position)
@@ -69,6 +80,9 @@ struct CheckpointInfo {
   // Digest of each tensor file, by its name as stored in `weights` / `optimizer` (version 2;
   // empty when read from a version-1 sidecar, whose files load unverified).
   std::map<std::string, FileDigest> files;
+  // Version 3, the manifest of a sharded checkpoint: every shard's files (each with its digest
+  // in `files`); `weights` and `optimizer` are then empty. Empty for versions 1 and 2.
+  std::vector<ShardFiles> shards;
   bool operator==(const CheckpointInfo&) const = default;
 };
 

@@ -4,11 +4,14 @@
 #include <fmt/format.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <vector>
 
+#include "core/check.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -345,10 +348,130 @@ LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
     }
     return std::move(file.tensors);
   };
-  out.weights = load(out.info.weights);
-  out.optimizer = load(out.info.optimizer);
+  if (out.info.shards.empty()) {
+    out.weights = load(out.info.weights);
+    out.optimizer = load(out.info.optimizer);
+  } else {
+    // A sharded checkpoint (version 3): every shard's files, each tensor in exactly one shard.
+    std::map<std::string, int> seen;
+    for (const auto& sh : out.info.shards) {
+      for (auto* part : {&sh.model, &sh.optimizer}) {
+        auto& into = part == &sh.model ? out.weights : out.optimizer;
+        for (auto& [name, t] : load(*part)) {
+          if (auto [it, fresh] = seen.emplace(name, sh.shard); !fresh) {
+            throw ConfigError(fmt::format(
+                "checkpoint '{}': tensor '{}' is in shards {} and {}; the manifest was edited or "
+                "damaged, resume from another checkpoint",
+                sidecar, name, it->second, sh.shard));
+          }
+          into.emplace(name, std::move(t));
+        }
+      }
+    }
+  }
   fill_tied_copies(out, sidecar);
   return out;
+}
+
+std::string shard_file(int shard, const char* kind) { return shard_name(shard, kind); }
+
+std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
+  const fs::path staging = staging_dir(dir);
+  BW_CHECK(!info.shards.empty(), "commit_checkpoint of {} without shards", dir);
+  for (const auto& sh : info.shards) {
+    for (const auto& f : {sh.model, sh.optimizer}) {
+      auto it = info.files.find(f);
+      BW_CHECK(it != info.files.end(), "shard file {} has no digest", f);
+      std::error_code ec;
+      const auto size = fs::file_size(staging / f, ec);
+      if (ec || static_cast<int64_t>(size) != it->second.bytes) {
+        throw ConfigError(fmt::format(
+            "checkpoint shard {} (shard {}, written on host {}) is {} but was reported durable "
+            "with {} bytes; the checkpoint is not committed",
+            (staging / f).string(), sh.shard, sh.host,
+            ec ? "missing" : fmt::format("{} bytes", size), it->second.bytes));
+      }
+    }
+  }
+  fault_point("commit:checked");
+  write_sidecar((staging / kSidecar).string(), info);
+  fault_point("commit:manifest");
+  publish(staging, dir);
+  const fs::path parent = fs::path(dir).parent_path().empty() ? fs::path(".")
+                                                              : fs::path(dir).parent_path();
+  remove_earlier_partials(parent, info.step);
+  return (fs::path(dir) / kSidecar).string();
+}
+
+int retain_checkpoints(const std::string& root, int keep) {
+  if (keep <= 0) return 0;
+  std::vector<std::pair<int64_t, fs::path>> published;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (step_of(name) < 0 || name.find('.') != std::string::npos) continue;
+    if (!fs::exists(e.path() / kSidecar, ec)) continue;
+    published.emplace_back(step_of(name), e.path());
+  }
+  std::sort(published.begin(), published.end());
+  int removed = 0;
+  for (size_t i = 0; i + static_cast<size_t>(keep) < published.size(); ++i) {
+    // The sidecar first: a checkpoint whose removal is interrupted is never taken for complete.
+    fs::remove(published[i].second / kSidecar, ec);
+    io::sync_directory(published[i].second.string());
+    remove_dir(published[i].second);
+    ++removed;
+  }
+  return removed;
+}
+
+std::string merge_checkpoint(const std::string& source, const std::string& out_dir) {
+  const std::string sidecar = resolve_sidecar(source);
+  CheckpointInfo info = read_sidecar(sidecar);
+  check_sidecar_fits(info, sidecar);
+  LoadedCheckpoint ckpt = load_checkpoint(sidecar);
+  // Tied copies are stored once, as their primary (fill_tied_copies adds them back on load).
+  std::set<std::string> copies;
+  if (info.extra.is_object() && info.extra.contains("tied")) {
+    for (const auto& group : info.extra.at("tied")) {
+      for (size_t i = 1; i < group.size(); ++i) copies.insert(group[i].get<std::string>());
+    }
+  }
+  auto keep = [&](const std::map<std::string, torch::Tensor>& m) {
+    NamedTensors out;
+    for (const auto& [name, t] : m) {
+      bool copy = copies.count(name) > 0;
+      for (const auto& c : copies) copy = copy || name.rfind(c + ".", 0) == 0;
+      if (!copy) out.emplace_back(name, t);
+    }
+    return out;
+  };
+  const fs::path staging = staging_dir(out_dir);
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("cannot create '{}': {}; choose another output directory",
+                                  staging.string(), ec.message()));
+  }
+  try {
+    info.shards.clear();
+    info.files.clear();
+    const std::map<std::string, std::string> meta = {{"format", "breakwater"},
+                                                      {"step", std::to_string(info.step)}};
+    info.weights = "model.safetensors";
+    info.optimizer = "optimizer.safetensors";
+    info.files[info.weights] =
+        save_safetensors((staging / info.weights).string(), keep(ckpt.weights), meta);
+    info.files[info.optimizer] =
+        save_safetensors((staging / info.optimizer).string(), keep(ckpt.optimizer), meta);
+    write_sidecar((staging / kSidecar).string(), info);
+    publish(staging, out_dir);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  return (fs::path(out_dir) / kSidecar).string();
 }
 
 nlohmann::json tied_record(const model::GptConfig& model) {

@@ -41,6 +41,12 @@ inline bool checkpoint_due(const TrainConfig& train, int step) {
 // "{out_dir}/checkpoint-{step:06d}" where step = steps completed.
 std::string checkpoint_dir(const std::string& out_dir, int steps_done);
 
+// Where a run's checkpoint-NNNNNN directories go: checkpoint.dir, or train.out_dir when that is
+// empty.
+inline std::string checkpoint_root(const RunConfig& config) {
+  return config.checkpoint.dir.empty() ? config.train.out_dir : config.checkpoint.dir;
+}
+
 // "{dir}.tmp": where the shards and the merged files of checkpoint `dir` are staged.
 std::string staging_dir(const std::string& dir);
 
@@ -58,6 +64,26 @@ void write_shard(const std::string& dir, int shard, const NamedTensors& paramete
 // if a shard is missing or damaged or a tensor appears twice; the staging directory is then
 // removed (the previous checkpoint stays as it was).
 std::string merge_shards(const std::string& dir, int world_size, CheckpointInfo info);
+
+// "shard-{shard}.{kind}.safetensors" (kind "model" or "optimizer"): a shard's files.
+std::string shard_file(int shard, const char* kind);
+
+// Commits a sharded checkpoint (version 3): its shards are already durable in staging_dir(dir),
+// each listed in info.shards with its digests in info.files. Checks every listed file is there
+// with its recorded size (its bytes are not read), writes the manifest (the sidecar) durably and
+// publishes the staging directory as `dir` (see above), then removes the staging leftovers of
+// earlier steps. Returns the sidecar path. ConfigError, publishing nothing, when a shard file is
+// missing or has another size.
+std::string commit_checkpoint(const std::string& dir, CheckpointInfo info);
+
+// Removes the committed checkpoints under `root` beyond the newest `keep` (none when keep <= 0),
+// each sidecar first; returns how many were removed.
+int retain_checkpoints(const std::string& root, int keep);
+
+// Writes checkpoint `source` (any version) in the single-file form, model.safetensors and
+// optimizer.safetensors with a version-2 sidecar, as the directory `out_dir` (staged and
+// published as above). Returns the new sidecar path.
+std::string merge_checkpoint(const std::string& source, const std::string& out_dir);
 
 // Removes every `checkpoint-*.tmp` and `checkpoint-*.old` directory in `out_dir` (leftovers of
 // interrupted writes); call it at the start of a run, when no checkpoint is being written.

@@ -211,6 +211,15 @@ std::vector<Section> build_schema() {
         make("trace_steps", &R::train, &TrainConfig::trace_steps,
              "0-based steps whose every action is traced into out_dir/trace.json (\"10-11\", "
              "\"3,5\"); \"\" = none")}},
+      {"checkpoint",
+       {make("dir", &R::checkpoint, &CheckpointConfig::dir,
+             "root of the checkpoint-NNNNNN directories; \"\" = train.out_dir (every worker "
+             "writes its shard there: in a multi-host run, a filesystem every host sees)"),
+        make("keep", &R::checkpoint, &CheckpointConfig::keep,
+             "committed checkpoints kept, newest first; 0 = all"),
+        make("async", &R::checkpoint, &CheckpointConfig::async,
+             "snapshot the state at the step boundary and write it in the background (false: "
+             "write before the next step)")}},
   };
 }
 

@@ -117,6 +117,17 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// Where checkpoints go and how many are kept (docs/checkpoints.md). train.checkpoint_every says
+// when.
+struct CheckpointConfig {
+  // Root of the checkpoint-NNNNNN directories; "" = train.out_dir. Every worker writes its own
+  // shard there, so in a multi-host run it must be a filesystem every host sees.
+  std::string dir;
+  int keep = 0;       // committed checkpoints kept, newest first; 0 = all
+  bool async = true;  // snapshot at the step boundary, write in the background
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -124,6 +135,7 @@ struct RunConfig {
   PipelineConfig pipeline;
   ElasticConfig elastic;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -17,6 +17,7 @@ RunConfig load_run_config(const std::string& toml_path_or_empty,
   RunConfig config = parse_run_config(
       text, toml_path_or_empty.empty() ? "defaults" : toml_path_or_empty, overrides);
   check_out_dir_usable(config.train.out_dir);
+  if (!config.checkpoint.dir.empty()) check_out_dir_usable(config.checkpoint.dir, "checkpoint.dir");
   if (!config.train.resume.empty()) {
     check_resume(config, read_checkpoint_info(config.train.resume), config.train.resume);
   }

@@ -31,19 +31,19 @@ pid_t read_pid(int fd) {
 
 }  // namespace
 
-void check_out_dir_usable(const std::string& out_dir) {
+void check_out_dir_usable(const std::string& out_dir, const std::string& key) {
   std::error_code ec;
   fs::path p = fs::absolute(out_dir, ec);
   if (ec) p = out_dir;
   if (fs::exists(p, ec)) {
     if (!fs::is_directory(p, ec)) {
       throw ConfigError(fmt::format(
-          "train.out_dir '{}' exists and is not a directory; choose a directory", out_dir));
+          "{} '{}' exists and is not a directory; choose a directory", key, out_dir));
     }
     if (::access(p.c_str(), W_OK | X_OK) != 0) {
-      throw ConfigError(fmt::format("train.out_dir '{}' is not writable ({}); choose a writable "
+      throw ConfigError(fmt::format("{} '{}' is not writable ({}); choose a writable "
                                     "directory",
-                                    out_dir, std::strerror(errno)));
+                                    key, out_dir, std::strerror(errno)));
     }
     return;
   }
@@ -56,13 +56,13 @@ void check_out_dir_usable(const std::string& out_dir) {
   if (a.empty()) a = ".";
   if (!fs::is_directory(a, ec)) {
     throw ConfigError(fmt::format(
-        "train.out_dir '{}' cannot be created: '{}' is not a directory; choose another path",
-        out_dir, a.string()));
+        "{} '{}' cannot be created: '{}' is not a directory; choose another path",
+        key, out_dir, a.string()));
   }
   if (::access(a.c_str(), W_OK | X_OK) != 0) {
     throw ConfigError(fmt::format(
-        "train.out_dir '{}' cannot be created: '{}' is not writable ({}); choose a writable path",
-        out_dir, a.string(), std::strerror(errno)));
+        "{} '{}' cannot be created: '{}' is not writable ({}); choose a writable path",
+        key, out_dir, a.string(), std::strerror(errno)));
   }
 }
 

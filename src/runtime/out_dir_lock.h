@@ -19,7 +19,7 @@ namespace bw::runtime {
 // ConfigError unless `out_dir` can hold a run's outputs: it is a directory or can be created
 // under an existing, writable ancestor. Creates nothing. Used by config loading, so an unusable
 // train.out_dir is bad input (exit 2) before any process starts.
-void check_out_dir_usable(const std::string& out_dir);
+void check_out_dir_usable(const std::string& out_dir, const std::string& key = "train.out_dir");
 
 class OutDirLock {
  public:

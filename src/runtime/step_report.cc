@@ -27,6 +27,7 @@ nlohmann::json StepReport::to_json() const {
           {"gather_ms", gather_ms},
           {"reduce_ms", reduce_ms},
           {"sync_ms", sync_ms},
+          {"checkpoint_ms", checkpoint_ms},
           {"num_actions", num_actions},
           {"peak_rss_kb", peak_rss_kb},
           {"chunk_ms", chunk_ms},
@@ -82,6 +83,7 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.gather_ms = optional_ms("gather_ms");
   r.reduce_ms = optional_ms("reduce_ms");
   r.sync_ms = json::get_number(d, "sync_ms", where);
+  r.checkpoint_ms = optional_ms("checkpoint_ms");
   r.num_actions = static_cast<int>(json::get_int_in(d, "num_actions", where, 0, kMaxInt));
   r.peak_rss_kb = json::get_int_in(d, "peak_rss_kb", where, 0, 1LL << 53);
   if (d.contains("val_loss")) {

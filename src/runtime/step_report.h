@@ -31,6 +31,9 @@ struct StepReport {
   double gather_ms = 0.0;   // sharded stage: all-gathers of parameters (inside compute_ms)
   double reduce_ms = 0.0;   // sharded stage: gradient all-reduces (inside compute_ms)
   double sync_ms = 0.0;     // gradient sync + norm + optimizer
+  // Blocked handing the last checkpoint shard to its sink, at the end of the previous step
+  // (checkpoint_sink.h: waiting for the write before it, plus the snapshot); 0 when none.
+  double checkpoint_ms = 0.0;
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
   std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms

@@ -15,6 +15,7 @@
 
 #include "cli_runner.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpointing.h"
 #include "runtime/device.h"
 
 namespace bw::runtime {
@@ -74,10 +75,9 @@ TrainRun train(const std::string& name, std::vector<std::string> extra, int step
   for (std::string line; std::getline(metrics, line);) {
     out.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
   }
-  out.params = load_safetensors(
-                   (fs::path(out_dir) / fmt::format("checkpoint-{:06d}", steps) / "model.safetensors")
-                       .string())
-                   .tensors;
+  out.params = load_checkpoint(
+                   (fs::path(out_dir) / fmt::format("checkpoint-{:06d}", steps)).string())
+                   .weights;
   return out;
 }
 

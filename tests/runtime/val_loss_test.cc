@@ -27,6 +27,7 @@
 #include "cli_runner.h"
 #include "model/gpt.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpointing.h"
 
 namespace bw::runtime {
 namespace {
@@ -115,11 +116,10 @@ Run train(const std::string& name, const std::vector<std::string>& extra,
 // The oracle: the checkpoint's model, one process, forward only, on the validation file's first
 // kEvalBatches global batches in order; the mean of the microbatches' mean losses.
 double reference_val_loss(const std::string& out_dir, int steps_done) {
-  const auto weights = load_safetensors((fs::path(out_dir) /
-                                         fmt::format("checkpoint-{:06d}", steps_done) /
-                                         "model.safetensors")
-                                            .string())
-                           .tensors;
+  const auto weights =
+      load_checkpoint(
+          (fs::path(out_dir) / fmt::format("checkpoint-{:06d}", steps_done)).string())
+          .weights;
   const auto model = model::resolve_config("gpt", "tiny", 0, "", 256);
   torch::NoGradGuard no_grad;
   std::vector<std::shared_ptr<model::Layer>> layers;

@@ -1,0 +1,233 @@
+// Checkpoints through the sink in real runs (docs/checkpoints.md): each worker writes its own
+// shard in the background and the coordinator only commits the manifest. Oracle: the same run
+// without interruption. A run checkpointing every step, resumed from each of its checkpoints
+// under the same plan, ends bitwise where the uninterrupted run ends (Hanayo, 1F1B and a
+// heterogeneous plan); a write slowed so that later steps run during it still holds its own
+// step; a worker killed while its write is in flight leaves no checkpoint of that step, and the
+// run recovers and ends where the failure-free run ends; retention keeps checkpoint.keep;
+// `checkpoint merge` and an unwritable checkpoint.dir.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "runtime/checkpoint.h"
+#include "runtime/checkpointing.h"
+
+namespace bw::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using bw::testing::run_cli;
+
+constexpr double kDeadlineS = 90.0;
+
+std::string work_dir() {
+  static const std::string dir = bw::testing::scratch_dir(
+      (fs::path(::testing::TempDir()) / fmt::format("bw_async_ckpt_{}", getpid())).string());
+  return dir;
+}
+
+std::string corpus() {
+  static const std::string path = [] {
+    auto p = (fs::path(work_dir()) / "corpus.txt").string();
+    std::ofstream out(p);
+    std::mt19937 rng(11);
+    const char* words[] = {"shard", "sink", "manifest", "step", "the", "a", "of", "wave"};
+    for (int i = 0; i < 20000; ++i) out << words[rng() % 8] << (i % 11 == 10 ? "\n" : " ");
+    return p;
+  }();
+  return path;
+}
+
+struct TrainRun {
+  int status = -1;
+  std::string out_dir, log;
+  std::vector<nlohmann::json> steps;  // metrics.jsonl step lines
+};
+
+TrainRun train(const std::string& name, int steps, std::vector<std::string> extra) {
+  TrainRun run;
+  run.out_dir = (fs::path(work_dir()) / name).string();
+  std::vector<std::string> args = {"train", "--model.name=tiny", "--data.path=" + corpus(),
+                                   fmt::format("--train.steps={}", steps),
+                                   "--train.warmup_steps=2", "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=4", "--pipeline.microbatch_size=2",
+                                   "--train.out_dir=" + run.out_dir, "--quiet"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_cli(args, run.out_dir + ".log", kDeadlineS);
+  run.status = r.timed_out ? -1 : r.status;
+  run.log = r.output;
+  std::ifstream metrics(fs::path(run.out_dir) / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("event")) run.steps.push_back(std::move(j));
+  }
+  return run;
+}
+
+// Every parameter and AdamW tensor of two checkpoints bitwise equal.
+void expect_bitwise_equal(const std::string& got_dir, const std::string& want_dir) {
+  const auto got = load_checkpoint(got_dir);
+  const auto want = load_checkpoint(want_dir);
+  int bad = 0;
+  for (const auto* m : {&want.weights, &want.optimizer}) {
+    const auto& other = m == &want.weights ? got.weights : got.optimizer;
+    ASSERT_EQ(other.size(), m->size()) << got_dir;
+    for (const auto& [name, t] : *m) {
+      auto it = other.find(name);
+      ASSERT_NE(it, other.end()) << got_dir << ": missing " << name;
+      if (!torch::equal(it->second, t) && bad++ < 5) {
+        ADD_FAILURE() << got_dir << ": " << name << " differs from " << want_dir << " by up to "
+                      << (it->second.to(torch::kDouble) - t.to(torch::kDouble))
+                             .abs()
+                             .max()
+                             .item<double>();
+      }
+    }
+  }
+}
+
+struct Plan {
+  std::string name;
+  std::vector<std::string> args;
+};
+
+void PrintTo(const Plan& p, std::ostream* os) { *os << p.name; }
+
+class ResumeFromEvery : public ::testing::TestWithParam<Plan> {};
+
+TEST_P(ResumeFromEvery, CheckpointEndsBitwiseWhereTheUninterruptedRunEnds) {
+  const auto& plan = GetParam();
+  constexpr int kSteps = 4;
+  auto args = plan.args;
+  args.push_back("--train.checkpoint_every=1");
+  const auto full = train(plan.name + "_full", kSteps, args);
+  ASSERT_EQ(full.status, 0) << full.log;
+  const auto final_dir = checkpoint_dir(full.out_dir, kSteps);
+  for (int k = 1; k < kSteps; ++k) {
+    SCOPED_TRACE(fmt::format("resumed from step {}", k));
+    const auto ckpt = checkpoint_dir(full.out_dir, k);
+    const auto info = read_checkpoint_info(ckpt);
+    EXPECT_FALSE(info.shards.empty()) << "not a sharded checkpoint";
+    auto resumed_args = plan.args;
+    resumed_args.push_back("--train.resume=" + ckpt);
+    const auto resumed = train(fmt::format("{}_from_{}", plan.name, k), kSteps, resumed_args);
+    ASSERT_EQ(resumed.status, 0) << resumed.log;
+    expect_bitwise_equal(checkpoint_dir(resumed.out_dir, kSteps), final_dir);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, ResumeFromEvery,
+    ::testing::Values(Plan{"hanayo", {"--devices=2", "--pipeline.pipelines=[2]",
+                                      "--pipeline.schedule=hanayo", "--pipeline.waves=1",
+                                      "--pipeline.fault_tolerance=0"}},
+                      Plan{"1f1b", {"--devices=2", "--pipeline.pipelines=[2]",
+                                    "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0"}},
+                      Plan{"heterogeneous", {"--devices=3", "--pipeline.pipelines=[1,2]",
+                                             "--pipeline.schedule=1f1b",
+                                             "--pipeline.fault_tolerance=1"}}),
+    [](const auto& info) { return info.param.name; });
+
+// Sets an environment variable for the runs of one test (each test is its own process).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+// The background write sleeps 2 s, so the steps after a save run while its shards are written;
+// the checkpoint still holds the state after its own step: bitwise that of a run stopped there.
+TEST(AsyncCheckpoint, ASlowWriteStillHoldsItsOwnStep) {
+  const std::vector<std::string> plan = {"--devices=2", "--pipeline.pipelines=[2]",
+                                         "--pipeline.schedule=1f1b",
+                                         "--pipeline.fault_tolerance=0",
+                                         "--train.checkpoint_every=2"};
+  const auto reference = train("slow_reference", 2, plan);
+  ASSERT_EQ(reference.status, 0) << reference.log;
+  TrainRun slow;
+  {
+    ScopedEnv delay("BW_CHECKPOINT_WRITE_DELAY_MS", "2000");
+    slow = train("slow_write", 6, plan);
+  }
+  ASSERT_EQ(slow.status, 0) << slow.log;
+  expect_bitwise_equal(checkpoint_dir(slow.out_dir, 2), checkpoint_dir(reference.out_dir, 2));
+  ASSERT_EQ(slow.steps.size(), 6u);
+  // Handing checkpoint 2 over did not wait for its write (step 2's report), and it was still
+  // being written when checkpoint 4 fell due two steps later (step 4's report waited for it).
+  double handed = 0, waited = 0;
+  for (const auto& r : slow.steps[2].at("ranks")) handed = std::max(handed, r.value("checkpoint_ms", -1.0));
+  for (const auto& r : slow.steps[4].at("ranks")) waited = std::max(waited, r.value("checkpoint_ms", -1.0));
+  EXPECT_LT(handed, 1000.0) << slow.log;
+  EXPECT_GT(waited, 500.0) << "steps 2 and 3 did not run during the write of checkpoint 2";
+}
+
+// A worker killed while the shards of checkpoint 2 are being written: that checkpoint is never
+// committed (no manifest names a shard that is not durable), the run recovers on the survivors,
+// and its later checkpoints and its end are those of the failure-free run.
+TEST(AsyncCheckpoint, AWorkerKilledDuringItsWriteLeavesNoCheckpointOfThatStep) {
+  const std::vector<std::string> plan = {
+      "--cluster.nodes=2", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,1]",
+      "--pipeline.fault_tolerance=1", "--train.checkpoint_every=2",
+      "--elastic.heartbeat_timeout_s=1", "--elastic.rejoin_after_s=0"};
+  const auto reference = train("kill_reference", 6, plan);
+  ASSERT_EQ(reference.status, 0) << reference.log;
+  TrainRun killed;
+  {
+    ScopedEnv delay("BW_CHECKPOINT_WRITE_DELAY_MS", "3000");
+    auto args = plan;
+    args.push_back("--elastic.inject=kill:node=1:step=2:phase=forward");
+    killed = train("kill_during_write", 6, args);
+  }
+  ASSERT_EQ(killed.status, 0) << killed.log;
+  EXPECT_FALSE(fs::exists(checkpoint_dir(killed.out_dir, 2))) << killed.log;
+  for (const auto& e : fs::directory_iterator(killed.out_dir)) {
+    EXPECT_EQ(e.path().extension(), e.path().extension() == ".tmp" ? "" : e.path().extension())
+        << "a partial checkpoint was left: " << e.path();
+  }
+  ASSERT_EQ(killed.steps.size(), reference.steps.size());
+  for (size_t s = 0; s < reference.steps.size(); ++s) {
+    EXPECT_EQ(killed.steps[s].at("samples"), reference.steps[s].at("samples")) << "step " << s;
+    const double a = killed.steps[s].at("loss"), b = reference.steps[s].at("loss");
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << "step " << s;
+  }
+  EXPECT_TRUE(fs::exists(checkpoint_dir(killed.out_dir, 6)));
+}
+
+TEST(AsyncCheckpoint, KeepRetainsTheNewestAndMergeWritesOneFile) {
+  const auto run = train("keep", 5,
+                         {"--devices=2", "--pipeline.pipelines=[2]", "--pipeline.schedule=1f1b",
+                          "--pipeline.fault_tolerance=0", "--train.checkpoint_every=1",
+                          "--checkpoint.keep=2"});
+  ASSERT_EQ(run.status, 0) << run.log;
+  for (int k = 1; k <= 3; ++k) EXPECT_FALSE(fs::exists(checkpoint_dir(run.out_dir, k))) << k;
+  ASSERT_TRUE(fs::exists(checkpoint_dir(run.out_dir, 4)));
+  ASSERT_TRUE(fs::exists(checkpoint_dir(run.out_dir, 5)));
+  const auto merged = (fs::path(work_dir()) / "merged").string();
+  auto r = run_cli({"checkpoint", "merge", checkpoint_dir(run.out_dir, 5), merged},
+                   merged + ".log", kDeadlineS);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(merged) / "model.safetensors"));
+  EXPECT_TRUE(read_checkpoint_info(merged).shards.empty());
+  expect_bitwise_equal(merged, checkpoint_dir(run.out_dir, 5));
+  // Bad input: one error line naming the key, exit 2.
+  const auto blocker = (fs::path(work_dir()) / "a_file").string();
+  std::ofstream(blocker) << "x";
+  const auto bad = train("bad_dir", 2, {"--devices=1", "--checkpoint.dir=" + blocker + "/ckpt"});
+  EXPECT_EQ(bad.status, 2) << bad.log;
+  EXPECT_NE(bad.log.find("checkpoint.dir"), std::string::npos) << bad.log;
+}
+
+}  // namespace
+}  // namespace bw::runtime
