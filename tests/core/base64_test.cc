@@ -12,9 +12,13 @@ namespace bw {
 namespace {
 
 TEST(Base64, Rfc4648Vectors) {
-  const std::pair<std::string, std::string> vectors[] = {
-      {"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},       {"foo", "Zm9v"},
-      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  const std::pair<std::string, std::string> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, coded] : vectors) {
     EXPECT_EQ(base64_encode(plain), coded) << plain;
     EXPECT_EQ(base64_decode(coded), plain) << coded;
@@ -31,7 +35,8 @@ std::string reference_encode(const std::string& bytes) {
   }
   while (bits.size() % 6 != 0) bits += '0';
   std::string out;
-  for (size_t i = 0; i < bits.size(); i += 6) out += alphabet[std::stoi(bits.substr(i, 6), nullptr, 2)];
+  for (size_t i = 0; i < bits.size(); i += 6)
+    out += alphabet[std::stoi(bits.substr(i, 6), nullptr, 2)];
   while (out.size() % 4 != 0) out += '=';
   return out;
 }
