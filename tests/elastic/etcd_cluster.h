@@ -74,43 +74,23 @@ class EtcdCluster {
     std::string templ = base + "/bw-etcd-XXXXXX";
     if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed under " + base);
     dir_ = templ;
-    std::string initial;
-    for (int i = 0; i < members; ++i) {
-      client_.push_back(free_port());
-      peer_.push_back(free_port());
-      initial += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, peer_[i]);
+    // Free ports are free when chosen, not when etcd binds them (tests run in parallel): a
+    // member that exits at once is started again on other ports.
+    const Deadline deadline = ControlClock::now() + start_deadline;
+    for (int attempt = 0;; ++attempt) {
+      start(*exe, members, attempt);
+      try {
+        wait_healthy(deadline);
+        return;
+      } catch (const std::exception&) {
+        for (size_t i = 0; i < pids_.size(); ++i) kill(static_cast<int>(i));
+        if (attempt == 2 || ControlClock::now() >= deadline) {
+          std::error_code ec;
+          std::filesystem::remove_all(dir_, ec);
+          throw;
+        }
+      }
     }
-    for (int i = 0; i < members; ++i) {
-      const std::vector<std::string> args = {*exe,
-                                             "--name",
-                                             fmt::format("m{}", i),
-                                             "--data-dir",
-                                             fmt::format("{}/m{}", dir_, i),
-                                             "--listen-client-urls",
-                                             fmt::format("http://127.0.0.1:{}", client_[i]),
-                                             "--advertise-client-urls",
-                                             fmt::format("http://127.0.0.1:{}", client_[i]),
-                                             "--listen-peer-urls",
-                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
-                                             "--initial-advertise-peer-urls",
-                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
-                                             "--initial-cluster",
-                                             initial,
-                                             "--initial-cluster-state",
-                                             "new",
-                                             "--initial-cluster-token",
-                                             fmt::format("bw-test-{}", ::getpid()),
-                                             "--heartbeat-interval",
-                                             "50",
-                                             "--election-timeout",
-                                             "250",
-                                             "--logger",
-                                             "zap",
-                                             "--log-level",
-                                             "error"};
-      pids_.push_back(spawn(args, fmt::format("{}/m{}.log", dir_, i)));
-    }
-    wait_healthy(start_deadline);
   }
   ~EtcdCluster() {
     for (size_t i = 0; i < pids_.size(); ++i) kill(static_cast<int>(i));
@@ -139,6 +119,48 @@ class EtcdCluster {
   std::string log_of(int i) const { return fmt::format("{}/m{}.log", dir_, i); }
 
  private:
+  void start(const std::string& exe, int members, int attempt) {
+    client_.clear();
+    peer_.clear();
+    pids_.clear();
+    std::string initial;
+    for (int i = 0; i < members; ++i) {
+      client_.push_back(free_port());
+      peer_.push_back(free_port());
+      initial += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, peer_[i]);
+    }
+    for (int i = 0; i < members; ++i) {
+      const std::vector<std::string> args = {exe,
+                                             "--name",
+                                             fmt::format("m{}", i),
+                                             "--data-dir",
+                                             fmt::format("{}/a{}m{}", dir_, attempt, i),
+                                             "--listen-client-urls",
+                                             fmt::format("http://127.0.0.1:{}", client_[i]),
+                                             "--advertise-client-urls",
+                                             fmt::format("http://127.0.0.1:{}", client_[i]),
+                                             "--listen-peer-urls",
+                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
+                                             "--initial-advertise-peer-urls",
+                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
+                                             "--initial-cluster",
+                                             initial,
+                                             "--initial-cluster-state",
+                                             "new",
+                                             "--initial-cluster-token",
+                                             fmt::format("bw-test-{}", ::getpid()),
+                                             "--heartbeat-interval",
+                                             "50",
+                                             "--election-timeout",
+                                             "250",
+                                             "--logger",
+                                             "zap",
+                                             "--log-level",
+                                             "error"};
+      pids_.push_back(spawn(args, fmt::format("{}/m{}.log", dir_, i)));
+    }
+  }
+
   static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
@@ -161,10 +183,16 @@ class EtcdCluster {
   }
 
   // Every member serves a linearizable read (it has a leader and a quorum).
-  void wait_healthy(std::chrono::milliseconds within) {
-    const Deadline deadline = ControlClock::now() + within;
+  void wait_healthy(Deadline deadline) {
     for (int i = 0; i < size(); ++i) {
       for (;;) {
+        for (int m = 0; m < size(); ++m) {
+          if (::waitpid(pids_[m], nullptr, WNOHANG) == pids_[m]) {
+            pids_[m] = -1;
+            throw std::runtime_error(
+                fmt::format("etcd member {} exited at start ({})", m, log_of(m)));
+          }
+        }
         try {
           auto store =
               EtcdControlStore::connect(parse_control_url(member_url(i)), "health", deadline);
@@ -172,8 +200,7 @@ class EtcdCluster {
           break;
         } catch (const std::exception& e) {
           if (ControlClock::now() >= deadline) {
-            throw std::runtime_error(fmt::format("etcd member {} not healthy within {} ms: {}", i,
-                                                 within.count(), e.what()));
+            throw std::runtime_error(fmt::format("etcd member {} not healthy: {}", i, e.what()));
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
