@@ -4,11 +4,13 @@
 //
 // - Endpoints are tried in order, starting with the last one that answered: a refused or
 //   unreachable member (connect timeout: at most 500 ms), or one that has no leader, sends the
-//   call to the next; when a whole round fails the calls retries every 20 ms until its deadline,
+//   call to the next; when a whole round fails the call retries every 20 ms until its deadline,
 //   then throws ControlUnavailable naming every endpoint and what it said.
 // - Each HTTP request's timeout is what is left of the call's deadline; a request cut by it
 //   throws ControlTimedOut. A call is never sent again after it may have reached a member (its
-//   outcome would be unknown): only connection failures move on to the next endpoint.
+//   outcome would be unknown): only connection failures and "no leader" replies (nothing was
+//   applied) move on to the next endpoint; a watch, which changes nothing, also moves on after a
+//   broken connection.
 // - Reads are linearizable (the gateway's default, serializable = false).
 // - add() is a compare-and-set loop on the key's mod revision; the election is control_store.cc's
 //   transaction on the leader key (the epoch is the revision of its creation, as in etcd's
