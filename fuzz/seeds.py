@@ -115,6 +115,41 @@ messages = [
 for i, m in enumerate(messages):
     put("store_messages", f"kind{i}", bytes([i]) + json.dumps(m).encode())
 
+# etcd's v3 JSON gateway (3.4.23): replies as the control store's etcd backend receives them,
+# under the run prefix "bw/run/" (etcd_json_fuzz.cc: the first byte picks the decoder).
+def b64(text):
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+header = {"cluster_id": "324952591200643719", "member_id": "3319814642761637952",
+          "revision": "5", "raft_term": "2"}
+kv = {"key": b64("bw/run/g0/decision/3"), "create_revision": "4", "mod_revision": "5",
+      "version": "2", "value": b64("commit"), "lease": "2324035817217807120"}
+etcd_replies = [
+    (0, {"header": header, "kvs": [kv], "count": "1"}),
+    (0, {"header": header}),
+    (1, {"header": header, "succeeded": True, "responses": [
+        {"response_put": {"header": {"revision": "5"}}},
+        {"response_range": {"header": {"revision": "5"}, "kvs": [kv], "count": "1"}}]}),
+    (1, {"header": header, "responses": [{"response_range": {"header": {}}}]}),
+    (9, {"header": header, "succeeded": True, "responses": [{"response_txn": {
+        "header": {}, "succeeded": True, "responses": [
+            {"response_put": {"header": {}}}, {"response_range": {"kvs": [kv]}}]}}]}),
+    (2, {"result": {"header": header, "events": [
+        {"type": "DELETE", "kv": {"key": b64("bw/run/leader"), "mod_revision": "3"}},
+        {"kv": kv}]}}),
+    (2, {"result": {"header": header, "canceled": True, "compact_revision": "4"}}),
+    (3, {"header": header, "ID": "2324035817217807113", "TTL": "2"}),
+    (4, {"result": {"header": header, "ID": "123", "TTL": "5"}}),
+    (5, {"etcdserver": "3.4.23", "etcdcluster": "3.4.0"}),
+    (6, {"error": "etcdserver: requested lease not found",
+         "message": "etcdserver: requested lease not found", "code": 5}),
+    (7, {"header": header, "deleted": "1"}),
+]
+for i, (kind, reply) in enumerate(etcd_replies):
+    put("etcd_json", f"reply{i}", bytes([kind]) + json.dumps(reply).encode())
+
 # Hugging Face config.json: the ones transformers writes for the shapes the tests use, and the
 # files of the test fixtures.
 copy("hf_config", "tests/**/config.json")

@@ -14,7 +14,8 @@ build=${BW_BUILD_DIR:-$root/build}
 pkgs=(build-essential cmake pkg-config python3 python3-venv libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libpcre2-dev
       nlohmann-json3-dev libcli11-dev libtomlplusplus-dev fortunes librsvg2-bin
       ccache libssl-dev iproute2  # ccache: cached compilations; HMAC of the run token; network namespaces of the multi-host tests
-      openssh-server openssh-client)  # `launch` over a real sshd (the test starts its own)
+      openssh-server openssh-client  # `launch` over a real sshd (the test starts its own)
+      libcurl4-openssl-dev etcd-server etcd-client)  # the control store's etcd backend; its tests run a 3-member etcd
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,9 +25,10 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   echo "breakwater setup: installing ${missing[*]}"
   $sudo apt-get update -qq
-  # openssh-server's maintainer scripts start the ssh service through invoke-rc.d; the tests only
-  # use its sshd binary, so no daemon may be left listening: where no policy-rc.d says otherwise
-  # (containers usually have one that denies), one denies service starts during the install.
+  # openssh-server's and etcd-server's maintainer scripts start their services through
+  # invoke-rc.d; the tests only use their binaries, so no daemon may be left listening: where no
+  # policy-rc.d says otherwise (containers usually have one that denies), one denies service
+  # starts during the install.
   policy=/usr/sbin/policy-rc.d
   own_policy=0
   if [ ! -e "$policy" ]; then
@@ -38,9 +40,13 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
   if ((own_policy)); then $sudo rm -f "$policy"; fi
   # Under systemd the package also enables the service for the next boot: keep the machine as it
-  # was (no sshd before this install, none after).
+  # was (no sshd before this install, none after). etcd-server likewise: the tests start their own
+  # members on free ports, and no etcd may be left listening on 2379.
   if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
     $sudo systemctl disable --now ssh.service >/dev/null 2>&1 || true
+  fi
+  if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now etcd.service >/dev/null 2>&1 || true
   fi
 fi
 
