@@ -22,12 +22,15 @@ blocks, seq 256, 2 microbatches of 4). The runs are interleaved, --rounds times 
 alternating order (the machine may be shared); the table gives the median over all timed steps of
 every round, the ratio eager / breakwater, and breakwater's runtime overhead: the share of its
 step spent outside forward/backward compute and outside gradient sync, norm and optimizer
-(data, bookkeeping, freeing microbatches). The load average is printed before and after.
+(data, bookkeeping, freeing microbatches). Beside the wall times it gives CPU times per step
+(breakwater: the process's CPU time less that of a one-step run, per extra step; eager: the
+process's), which a loaded machine disturbs less. The load average is printed as it goes.
 
 Usage: .venv/bin/python bench/runtime/step_vs_eager.py [--build build] [--steps 6] [--threads 1]
        python3 bench/runtime/step_vs_eager.py --device cuda --models gpt2-124m --precisions bf16
        .venv/bin/python bench/runtime/step_vs_eager.py --hf [--shapes d256,124m-width]
            [--families gpt2,llama] [--rounds 3] [--steps 4] [--wide-blocks 4]
+           [--baseline OTHER_BUILD]   (a second breakwater, e.g. before a change, in the same rounds)
 """
 import argparse
 import json
@@ -171,9 +174,9 @@ def hf_eager_steps(path, shape, precision, steps, threads):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=3e-3, betas=(0.9, 0.95))
     data = torch.randint(0, vocab, (steps, mbs, mb, seq + 1))
-    times = []
+    times, cpu = [], []
     for s in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for m in range(mbs):
             x, y = data[s, m, :, :-1], data[s, m, :, 1:]
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
@@ -184,29 +187,40 @@ def hf_eager_steps(path, shape, precision, steps, threads):
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append((time.perf_counter() - t0) * 1000)
-    return times[1:]
+        cpu.append((time.process_time() - c0) * 1000)
+    return times[1:], cpu[1:]
 
 
 def hf_breakwater_steps(build, path, shape, precision, steps, threads):
     """Per-step ms of `train --devices 1 --model.init_from` and the runtime's share of each."""
     _, _, _, _, seq, mbs, mb = HF_SHAPES[shape]
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([os.path.join(build, "breakwater"), "train", "--devices=1", "--quiet",
-                        f"--model.init_from={path}", f"--model.seq_len={seq}",
-                        f"--train.precision={precision}", f"--train.steps={steps}",
-                        f"--train.threads_per_worker={threads}",
-                        f"--pipeline.microbatches={mbs}", f"--pipeline.microbatch_size={mb}",
-                        "--train.sample_tokens=0", f"--train.out_dir={out}"],
-                       check=True, stdout=subprocess.DEVNULL)
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            rows = [json.loads(line) for line in f if '"step"' in line and "step_s" in line]
+
+    def run(n):
+        with tempfile.TemporaryDirectory() as out:
+            proc = subprocess.Popen(
+                [os.path.join(build, "breakwater"), "train", "--devices=1", "--quiet",
+                 f"--model.init_from={path}", f"--model.seq_len={seq}",
+                 f"--train.precision={precision}", f"--train.steps={n}",
+                 f"--train.threads_per_worker={threads}", f"--pipeline.microbatches={mbs}",
+                 f"--pipeline.microbatch_size={mb}", "--train.sample_tokens=0",
+                 f"--train.out_dir={out}"], stdout=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            if status != 0:
+                raise SystemExit(f"breakwater train exited with status {status}")
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                rows = [json.loads(line) for line in f if '"step"' in line and "step_s" in line]
+        return rows, (usage.ru_utime + usage.ru_stime) * 1000
+
+    rows, cpu_all = run(steps)
+    # CPU time per step: the process's, less a one-step run's (start, load, first step).
+    _, cpu_one = run(1)
     times, overhead = [], []
     for r in rows[1:]:
         rank = r["ranks"][0]
         times.append(r["step_s"] * 1000)
         own = rank["step_ms"] - rank["compute_ms"] - rank["sync_ms"]
         overhead.append(own / rank["step_ms"])
-    return times, overhead
+    return times, overhead, (cpu_all - cpu_one) / (steps - 1)
 
 
 def hf_main(a):
@@ -217,6 +231,10 @@ def hf_main(a):
     bw = {c: [] for c in cases}
     eager = {c: [] for c in cases}
     own = {c: [] for c in cases}
+    bw_cpu = {c: [] for c in cases}
+    eager_cpu = {c: [] for c in cases}
+    base = {c: [] for c in cases}
+    base_cpu = {c: [] for c in cases}
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; "
           f"{os.cpu_count()} cores; {a.threads} thread(s); {a.rounds} rounds of {a.steps} steps, "
           f"first step of each run left out; work folder {work}", flush=True)
@@ -224,26 +242,54 @@ def hf_main(a):
         for i, (shape, family, precision) in enumerate(cases):
             blocks = 6 if shape == "d256" else a.wide_blocks
             path = hf_folder(work, family, shape, blocks)
-            order = ["bw", "eager"] if (rnd + i) % 2 == 0 else ["eager", "bw"]
+            order = ["bw", "eager"] + (["base"] if a.baseline else [])
+            k = (rnd + i) % len(order)
+            order = order[k:] + order[:k]
             for side in order:
-                if side == "bw":
-                    t, o = hf_breakwater_steps(a.build, path, shape, precision, a.steps, a.threads)
-                    bw[(shape, family, precision)] += t
-                    own[(shape, family, precision)] += o
+                c = (shape, family, precision)
+                if side == "base":
+                    t, _, cpu = hf_breakwater_steps(a.baseline, path, shape, precision, a.steps,
+                                                    a.threads)
+                    base[c] += t
+                    base_cpu[c].append(cpu)
+                elif side == "bw":
+                    t, o, cpu = hf_breakwater_steps(a.build, path, shape, precision, a.steps,
+                                                    a.threads)
+                    bw[c] += t
+                    own[c] += o
+                    bw_cpu[c].append(cpu)
                 else:
-                    eager[(shape, family, precision)] += hf_eager_steps(path, shape, precision,
-                                                                        a.steps, a.threads)
-            c = (shape, family, precision)
+                    t, cpu = hf_eager_steps(path, shape, precision, a.steps, a.threads)
+                    eager[c] += t
+                    eager_cpu[c] += cpu
             print(f"  round {rnd + 1}: {shape} {family} {precision}: breakwater "
-                  f"{statistics.median(bw[c][-(a.steps - 1):]):.1f} ms, eager "
-                  f"{statistics.median(eager[c][-(a.steps - 1):]):.1f} ms", flush=True)
+                  f"{statistics.median(bw[c][-(a.steps - 1):]):.1f} ms "
+                  f"(cpu {bw_cpu[c][-1]:.1f}), eager "
+                  f"{statistics.median(eager[c][-(a.steps - 1):]):.1f} ms "
+                  f"(cpu {statistics.median(eager_cpu[c][-(a.steps - 1):]):.1f}); load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-    print(f"{'shape':<11} {'family':<7} {'precision':<9} {'breakwater ms':>14} {'eager ms':>10} "
-          f"{'eager/bw':>9} {'bw runtime overhead':>20}")
+    print("wall: medians of the steps' wall times; cpu: CPU time per step (breakwater: the "
+          "process's, less a one-step run's, per extra step; eager: the process's per step)")
+    print(f"{'shape':<11} {'family':<7} {'precision':<9} {'bw ms':>9} {'eager ms':>9} "
+          f"{'eager/bw':>9} {'bw cpu ms':>10} {'eager cpu':>10} {'cpu ratio':>10} "
+          f"{'bw runtime overhead':>20}")
     for c in cases:
         b, e = statistics.median(bw[c]), statistics.median(eager[c])
-        print(f"{c[0]:<11} {c[1]:<7} {c[2]:<9} {b:>14.1f} {e:>10.1f} {e / b:>9.2f} "
+        bc, ec = statistics.median(bw_cpu[c]), statistics.median(eager_cpu[c])
+        print(f"{c[0]:<11} {c[1]:<7} {c[2]:<9} {b:>9.1f} {e:>9.1f} {e / b:>9.2f} "
+              f"{bc:>10.1f} {ec:>10.1f} {ec / bc:>10.2f} "
               f"{100 * statistics.median(own[c]):>19.2f}%")
+    if a.baseline:
+        print(f"baseline {a.baseline} in the same rounds:")
+        print(f"{'shape':<11} {'family':<7} {'precision':<9} {'base ms':>9} {'eager/base':>11} "
+              f"{'base cpu ms':>12} {'cpu ratio':>10} {'base/bw':>8} {'base/bw cpu':>12}")
+        for c in cases:
+            b, e = statistics.median(base[c]), statistics.median(eager[c])
+            bc, ec = statistics.median(base_cpu[c]), statistics.median(eager_cpu[c])
+            print(f"{c[0]:<11} {c[1]:<7} {c[2]:<9} {b:>9.1f} {e / b:>11.2f} {bc:>12.1f} "
+                  f"{ec / bc:>10.2f} {b / statistics.median(bw[c]):>8.2f} "
+                  f"{bc / statistics.median(bw_cpu[c]):>12.2f}")
 
 
 def main():
@@ -260,6 +306,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--wide-blocks", type=int, default=4)
     ap.add_argument("--work", default="")
+    ap.add_argument("--baseline", default="",
+                    help="--hf: the build folder of another breakwater, run in the same rounds")
     a = ap.parse_args()
     if a.hf:
         return hf_main(a)
