@@ -20,7 +20,8 @@ d256 (d 256, 4 heads, 2 key/value heads for llama, 6 blocks, seq 256, 2 microbat
 124m-width (gpt2-124m's width: d 768, 12 heads, 4 key/value heads for llama, --wide-blocks
 blocks, seq 256, 2 microbatches of 4). The runs are interleaved, --rounds times each, in
 alternating order (the machine may be shared); the table gives the median over all timed steps of
-every round, the ratio eager / breakwater, and breakwater's runtime overhead: the share of its
+every round (not the first; for breakwater not the last either, which also writes the end-of-run
+checkpoint), the ratio eager / breakwater, and breakwater's runtime overhead: the share of its
 step spent outside forward/backward compute and outside gradient sync, norm and optimizer
 (data, bookkeeping, freeing microbatches). Beside the wall times it gives CPU times per step
 (breakwater: the process's CPU time less that of a one-step run, per extra step; eager: the
@@ -215,7 +216,8 @@ def hf_breakwater_steps(build, path, shape, precision, steps, threads):
     # CPU time per step: the process's, less a one-step run's (start, load, first step).
     _, cpu_one = run(1)
     times, overhead = [], []
-    for r in rows[1:]:
+    # The last step also writes the end-of-run checkpoint (train.checkpoint_every = 0): left out.
+    for r in rows[1:-1]:
         rank = r["ranks"][0]
         times.append(r["step_s"] * 1000)
         own = rank["step_ms"] - rank["compute_ms"] - rank["sync_ms"]
@@ -237,7 +239,7 @@ def hf_main(a):
     base_cpu = {c: [] for c in cases}
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; "
           f"{os.cpu_count()} cores; {a.threads} thread(s); {a.rounds} rounds of {a.steps} steps, "
-          f"first step of each run left out; work folder {work}", flush=True)
+          f"first step of each run left out (and breakwater's last, which writes the checkpoint); work folder {work}", flush=True)
     for rnd in range(a.rounds):
         for i, (shape, family, precision) in enumerate(cases):
             blocks = 6 if shape == "d256" else a.wide_blocks
@@ -309,6 +311,9 @@ def main():
     ap.add_argument("--baseline", default="",
                     help="--hf: the build folder of another breakwater, run in the same rounds")
     a = ap.parse_args()
+    if a.hf and a.steps < 3:
+        ap.error("--hf needs --steps >= 3: the first step and the last (which writes the "
+                 "checkpoint) are not timed")
     if a.hf:
         return hf_main(a)
     gpu = a.device == "cuda"
