@@ -31,7 +31,7 @@ Usage: .venv/bin/python bench/runtime/step_vs_eager.py [--build build] [--steps 
        python3 bench/runtime/step_vs_eager.py --device cuda --models gpt2-124m --precisions bf16
        .venv/bin/python bench/runtime/step_vs_eager.py --hf [--shapes d256,124m-width]
            [--families gpt2,llama] [--rounds 3] [--steps 4] [--wide-blocks 4]
-           [--baseline OTHER_BUILD]   (a second breakwater, e.g. before a change, in the same rounds)
+           [--baseline OTHER_BUILD]  (a second breakwater, e.g. before a change, same rounds)
 """
 import argparse
 import json
@@ -239,7 +239,8 @@ def hf_main(a):
     base_cpu = {c: [] for c in cases}
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; "
           f"{os.cpu_count()} cores; {a.threads} thread(s); {a.rounds} rounds of {a.steps} steps, "
-          f"first step of each run left out (and breakwater's last, which writes the checkpoint); work folder {work}", flush=True)
+          f"first step of each run left out (and breakwater's last, which writes the "
+          f"checkpoint); work folder {work}", flush=True)
     for rnd in range(a.rounds):
         for i, (shape, family, precision) in enumerate(cases):
             blocks = 6 if shape == "d256" else a.wide_blocks

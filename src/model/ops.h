@@ -2,11 +2,12 @@
 // that both compute RMSNorm and RoPE with the same operations in the same order as Hugging
 // Face's LlamaRMSNorm and LlamaRotaryEmbedding (docs/models.md).
 //
-// rms_norm, apply_rope and swiglu are single autograd nodes (torch::autograd::Function): their forward
-// runs Hugging Face's operations, so its values are those of the written-out composite bit for
-// bit; their backward is written out by hand in fewer passes over the activations than autograd
-// would make of the composite (docs/models.md "Speed"): RoPE's backward gives the same bits as
-// autograd's, RMSNorm's the same gradient in another order of operations (within a few ulps).
+// rms_norm, apply_rope and swiglu are single autograd nodes (torch::autograd::Function), each
+// with its backward written out by hand in fewer passes over the activations than autograd would
+// make of the composite (docs/models.md "Speed"). rms_norm's and apply_rope's forward run Hugging
+// Face's operations (the composite's bits); apply_rope's backward gives autograd's bits too,
+// rms_norm's the same gradient in another order of operations (within a few ulps); swiglu's
+// kernels are described in model/swiglu_kernel.h.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -3,8 +3,10 @@
 
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
-#define BW_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define BW_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define BW_VECTOR_CLONES
 #endif
@@ -37,8 +39,8 @@ inline float round_bf16(float f) { return from_bf16(to_bf16(f)); }
 
 // exp(x) for x in any range: clamped to [-87, 88] (below, the result is under 2^-125 and feeds
 // only 1 + exp(x); above, silu's exp(-g) for g < -88 makes silu(g) = g / (1 + e^88), zero to
-// float precision), then 2^n * p(r) with n = round(x / ln 2), |r| <= ln 2 / 2 and p the Taylor polynomial of
-// degree 7 (truncation error below 2^-27; with its roundings, a few ulps).
+// float precision), then 2^n * p(r) with n = round(x / ln 2), |r| <= ln 2 / 2 and p the Taylor
+// polynomial of degree 7 (truncation error below 2^-27; with its roundings, a few ulps).
 inline float exp_poly(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;

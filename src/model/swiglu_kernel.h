@@ -5,8 +5,9 @@
 //
 // Numerics: the formulas of ATen's CPU kernels, silu(g) = g / (1 + exp(-g)) and its derivative
 // sigmoid(g) * (1 + g * (1 - sigmoid(g))), with exp from a degree-7 polynomial after range
-// reduction (within a few ulps of the exact value, as ATen's vectorised exp). In bf16 every value that autograd of the composite would round to bf16 is
-// rounded here too (silu(g), the product, dy * up and dy * silu(g)), to nearest even.
+// reduction (within a few ulps of the exact value, as ATen's vectorised exp). In bf16 every
+// value that autograd of the composite would round to bf16 is rounded here too (silu(g), the
+// product, dy * up and dy * silu(g)), to nearest even.
 //
 // The loops are plain C++ that the compiler vectorises; on x86-64 with GCC or Clang each is
 // compiled for AVX-512, AVX2 and the baseline and chosen at load time (target_clones).

@@ -38,7 +38,8 @@ void expect_bitwise(const torch::Tensor& got, const torch::Tensor& want, const s
   EXPECT_EQ(bad.numel(), 0) << what << ": " << bad.numel() << " of " << got.numel()
                             << " differ, first at flat index "
                             << (bad.numel() ? bad[0].item<int64_t>() : -1) << ": "
-                            << (bad.numel() ? got.reshape({-1})[bad[0]].item<double>() : 0) << " vs "
+                            << (bad.numel() ? got.reshape({-1})[bad[0]].item<double>() : 0)
+                            << " vs "
                             << (bad.numel() ? want.reshape({-1})[bad[0]].item<double>() : 0);
 }
 
