@@ -3,6 +3,7 @@
 #include "model/gpt.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -13,13 +14,6 @@
 #include "model/ops.h"
 
 namespace bw::model {
-
-// Hugging Face's LlamaRMSNorm: in fp32, then back to the input's dtype, times the weight.
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto h = x.to(torch::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return weight * h.to(x.scalar_type());
-}
 
 // RoPE's inverse frequencies as Hugging Face computes them (modeling_rope_utils.py, default and
 // llama3), in fp32 with the same operations in the same order.
@@ -60,6 +54,15 @@ uint64_t mix_seed(uint64_t seed, uint64_t layer_index) {
 }
 
 thread_local bool t_skip_init = false;
+
+// Under autocast, a tensor that several matmuls read cast once to the compute dtype: autocast
+// would cast it again for each of them (the values are the same: the cast autocast makes).
+torch::Tensor to_autocast_dtype(const torch::Tensor& x) {
+  const auto type = x.device().type();
+  if (!at::autocast::is_autocast_enabled(type)) return x;
+  const auto dtype = at::autocast::get_autocast_dtype(type);
+  return x.scalar_type() == torch::kFloat ? x.to(dtype) : x;
+}
 
 torch::Tensor normal(at::Generator& gen, std::vector<int64_t> shape, double std) {
   auto t = torch::empty(shape, torch::kFloat32);
@@ -154,12 +157,10 @@ class LlamaBlock final : public Layer {
     gate_w_ = add_parameter("mlp.gate.weight", normal(gen, {f, d}, kInitStd));
     up_w_ = add_parameter("mlp.up.weight", normal(gen, {f, d}, kInitStd));
     down_w_ = add_parameter("mlp.proj.weight", normal(gen, {d, f}, kInitStd));
-    // cos and sin of every position (Hugging Face's LlamaRotaryEmbedding), kept in fp32.
-    auto freqs = torch::arange(c.seq_len, torch::kInt64).to(torch::kFloat).unsqueeze(1) *
-                 rope_inverse_frequencies(c).unsqueeze(0);
-    auto emb = torch::cat({freqs, freqs}, -1);
-    cos_ = emb.cos();
-    sin_ = emb.sin();
+    // cos and signed sin of every position (Hugging Face's LlamaRotaryEmbedding), kept in fp32.
+    auto table = rope_table(c, c.seq_len);
+    cos_ = table.cos;
+    sin_ = table.sin_signed;
   }
 
   torch::Tensor forward(const torch::Tensor& x) override {
@@ -167,23 +168,31 @@ class LlamaBlock final : public Layer {
     const int64_t hd = d / n_heads_;
     BW_CHECK(t <= cos_.size(0), "llama block input of {} tokens, RoPE table of {}", t,
              cos_.size(0));
-    auto h = rms_norm(x, ln1_w_, eps_);
-    auto q = at::linear(h, q_w_).view({b, t, n_heads_, hd}).transpose(1, 2);
-    auto k = at::linear(h, k_w_).view({b, t, n_kv_, hd}).transpose(1, 2);
-    auto v = at::linear(h, v_w_).view({b, t, n_kv_, hd}).transpose(1, 2);
-    auto cos = cos_.narrow(0, 0, t).to(q.device(), q.scalar_type());
-    auto sin = sin_.narrow(0, 0, t).to(q.device(), q.scalar_type());
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-    // Query head j reads key/value head j / (n_heads / n_kv), as Hugging Face's repeat_kv.
+    // One matmul for the three projections (their weights side by side), reading the norm's
+    // output once; q, k and v are views of its output.
+    auto h = to_autocast_dtype(rms_norm(x, ln1_w_, eps_));
+    auto qkv = at::linear(h, at::cat({q_w_, k_w_, v_w_})).split({d, n_kv_ * hd, n_kv_ * hd}, -1);
+    auto q = qkv[0].view({b, t, n_heads_, hd}).transpose(1, 2);
+    auto k = qkv[1].view({b, t, n_kv_, hd}).transpose(1, 2);
+    auto v = qkv[2].view({b, t, n_kv_, hd}).transpose(1, 2);
+    if (!cos_cast_.defined() || cos_cast_.scalar_type() != q.scalar_type() ||
+        cos_cast_.device() != q.device()) {
+      cos_cast_ = cos_.to(q.device(), q.scalar_type());
+      sin_cast_ = sin_.to(q.device(), q.scalar_type());
+    }
+    auto cos = cos_cast_.narrow(0, 0, t), sin = sin_cast_.narrow(0, 0, t);
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
+    // Query head j reads key/value head j / (n_heads / n_kv), as Hugging Face's repeat_kv; SDPA
+    // takes the grouped keys and values (enable_gqa) and repeats nothing in memory.
     auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                               /*is_causal=*/true, /*scale=*/std::nullopt,
                                               /*enable_gqa=*/n_kv_ != n_heads_)
                  .transpose(1, 2)
                  .reshape({b, t, d});
     auto x1 = x + at::linear(y, o_w_);
-    auto h2 = rms_norm(x1, ln2_w_, eps_);
-    auto m = at::linear(at::silu(at::linear(h2, gate_w_)) * at::linear(h2, up_w_), down_w_);
+    auto h2 = to_autocast_dtype(rms_norm(x1, ln2_w_, eps_));
+    auto m = at::linear(swiglu(at::linear(h2, gate_w_), at::linear(h2, up_w_)), down_w_);
     return x1 + m;
   }
 
@@ -191,7 +200,8 @@ class LlamaBlock final : public Layer {
   int64_t n_heads_, n_kv_;
   double eps_;
   torch::Tensor ln1_w_, q_w_, k_w_, v_w_, o_w_, ln2_w_, gate_w_, up_w_, down_w_;
-  torch::Tensor cos_, sin_;
+  torch::Tensor cos_, sin_;            // fp32 [seq_len, head_dim]: cos and signed sin
+  torch::Tensor cos_cast_, sin_cast_;  // the same in the last device and dtype used
 };
 
 class HeadLayer final : public Layer {
