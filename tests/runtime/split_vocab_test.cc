@@ -35,12 +35,14 @@ std::string work_dir() {
   return dir;
 }
 
-// A GPT-2-style tokenizer; with `vocab` > 0 one more special token takes id vocab - 1, so the
-// tokenizer has `vocab` ids (as Llama 3's reserved tokens pad its vocabulary). Returns the
+// A GPT-2-style tokenizer; with `vocab` > 0 one more special token of the model's vocabulary
+// takes id vocab - 1, so the tokenizer has `vocab` ids (as Llama 3's reserved tokens pad its
+// vocabulary; `tokenizers` takes an added token's id from the model's vocabulary). Returns the
 // file and one more than the largest id its JSON names (the oracle of vocab_size()).
 std::pair<std::string, int64_t> tokenizer_of(int vocab) {
   auto j = tt::tiny_tokenizer(tt::Style::kGpt2, tt::sample_text(), 200);
   if (vocab > 0) {
+    j["model"]["vocab"]["<|reserved|>"] = vocab - 1;
     j["added_tokens"].push_back({{"id", vocab - 1},
                                  {"content", "<|reserved|>"},
                                  {"single_word", false},
