@@ -287,6 +287,9 @@ TEST_P(HfSavedConfig, ConfigTomlSaysWhatRanBesideWhatWasGiven) {
   EXPECT_EQ(m["init_from"].value<std::string>(), dir) << text;
   EXPECT_EQ(saved["resolved"]["train"]["precision"].value<std::string>(), "fp32") << text;
   const auto p = saved["resolved"]["pipeline"];
+  for (const char* key : {"pipelines", "stage_devices", "schedules"}) {
+    ASSERT_NE(p[key].as_array(), nullptr) << "no list resolved.pipeline." << key << " in:\n" << text;
+  }
   std::vector<int64_t> got_pipelines, widths;
   std::vector<std::string> schedules;
   for (const auto& v : *p["pipelines"].as_array()) got_pipelines.push_back(*v.value<int64_t>());
