@@ -923,10 +923,11 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
 }
 
 // The token the end-of-run sample starts from, the one each document of the data starts with:
-// the tokenizer's document token; else the model's own (config.json's bos_token_id, else its
-// eos_token_id, GPT-2's <|endoftext|> between documents); else '\n' for bytes and the token
-// llm.c's .bin files start documents with (GPT-2's <|endoftext|>, Llama 3's
-// <|begin_of_text|>). An id outside the vocabulary is passed over.
+// the tokenizer's document token; '\n' for bytes (a model's own ids name tokens of a tokenizer
+// the data does not use); else the model's own (config.json's bos_token_id, else its
+// eos_token_id, GPT-2's <|endoftext|> between documents); else the token llm.c's .bin files
+// start documents with (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). An id outside the
+// vocabulary is passed over.
 int64_t document_start(const runtime::RunData& data, const model::GptConfig& model) {
   const int64_t vocab = std::min<int64_t>(model.vocab_size, data.dataset.vocab_size());
   auto fits = [&](int64_t id) { return id >= 0 && id < vocab; };
@@ -934,11 +935,11 @@ int64_t document_start(const runtime::RunData& data, const model::GptConfig& mod
       fits(*data.tokenizer->document_token())) {
     return *data.tokenizer->document_token();
   }
+  if (data.dataset.format() == data::TokenDataset::Format::kText) return '\n';
   for (int64_t id : {model.bos_token_id, model.eos_token_id}) {
     if (fits(id)) return id;
   }
-  const int64_t by_format = data.dataset.vocab_size() == data::kTextVocab   ? '\n'
-                            : data.dataset.vocab_size() == data::kGpt2Vocab ? runtime::kGpt2EndOfText
+  const int64_t by_format = data.dataset.vocab_size() == data::kGpt2Vocab ? runtime::kGpt2EndOfText
                             : data.dataset.vocab_size() == data::kLlama3Vocab
                                 ? runtime::kLlama3BeginOfText
                                 : 0;
