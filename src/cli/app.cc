@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <vector>
 
 #include "cli/registry.h"
 #include "core/error.h"
@@ -29,6 +30,42 @@ void list_paths(const CLI::App& app, const std::string& prefix) {
     fmt::print("{}\n", path);
     list_paths(*sub, path);
   }
+}
+
+// The command line as CLI11's parse takes it (reversed, without the program name), with each
+// "--name=" that has nothing after '=' and names a value-taking option of the subcommand it
+// follows split into "--name" and "": CLI11 reads an empty "=value" as no value and takes the
+// next argument in its place, so `generate --tokenizer= --prompt hi` would read the tokenizer
+// "--prompt". Given this way it is the empty value, as `--tokenizer ''` is. Arguments after
+// "--", and options the command does not declare (train's --section.key overrides), pass as
+// they are.
+std::vector<std::string> reversed_args(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> out;
+  CLI::App* command = &app;
+  bool options_end = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") options_end = true;
+    if (!options_end) {
+      CLI::App* sub = nullptr;
+      for (CLI::App* s : command->get_subcommands([](CLI::App*) { return true; }))
+        if (s->check_name(arg)) sub = s;
+      if (sub != nullptr) command = sub;
+      const auto eq = arg.find('=');
+      if (sub == nullptr && arg.size() > 3 && arg.rfind("--", 0) == 0 && eq == arg.size() - 1) {
+        const std::string name = arg.substr(0, eq);
+        const CLI::Option* opt = command->get_option_no_throw(name);
+        if (opt != nullptr && opt->get_items_expected_max() >= 1) {
+          out.push_back(name);
+          out.emplace_back();
+          continue;
+        }
+      }
+    }
+    out.push_back(arg);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -54,7 +91,7 @@ int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
     return 0;
   }
   try {
-    app.parse(argc, argv);
+    app.parse(reversed_args(app, argc, argv));
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every malformed command line is bad input (2), whatever
     // CLI11's own code for it.

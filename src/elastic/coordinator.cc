@@ -46,6 +46,7 @@
 #include "runtime/hf.h"
 #include "runtime/log.h"
 #include "runtime/out_dir_lock.h"
+#include "runtime/resolved_run.h"
 #include "runtime/resume_check.h"
 #include "runtime/run_data.h"
 #include "runtime/trace_events.h"
@@ -411,8 +412,15 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
     }
     runtime::remove_partial_checkpoints(config.checkpoint.dir);
   }
+  runtime::ResolvedRun resolved;
+  resolved.model = s.model;
+  resolved.data_vocab = dataset.vocab_size();
+  resolved.data_tokenizer = s.run_data->tokenizer_path;
+  resolved.precision =
+      model::precision_name(runtime::run_precision(config.train, config.cluster));
+  resolved.layout = s.run.layout;
   io::write_file((fs::path(config.train.out_dir) / "config.toml").string(),
-                 runtime::to_toml(config, /*with_comments=*/false), "resolved config");
+                 runtime::saved_config_toml(config, resolved), "resolved config");
 }
 
 // The run report: every committed step and event goes to the metrics sinks (metrics.jsonl,
@@ -977,6 +985,30 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   if (hosts) hosts->end_run("finished", 10000);
 }
 
+// The token the end-of-run sample starts from, the one each document of the data starts with:
+// the tokenizer's document token; '\n' for bytes (a model's own ids name tokens of a tokenizer
+// the data does not use); else the model's own (config.json's bos_token_id, else its
+// eos_token_id, GPT-2's <|endoftext|> between documents); else the token llm.c's .bin files
+// start documents with (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). An id outside the
+// vocabulary is passed over.
+int64_t document_start(const runtime::RunData& data, const model::GptConfig& model) {
+  const int64_t vocab = std::min<int64_t>(model.vocab_size, data.dataset.vocab_size());
+  auto fits = [&](int64_t id) { return id >= 0 && id < vocab; };
+  if (data.tokenizer && data.tokenizer->document_token() &&
+      fits(*data.tokenizer->document_token())) {
+    return *data.tokenizer->document_token();
+  }
+  if (data.dataset.format() == data::TokenDataset::Format::kText) return '\n';
+  for (int64_t id : {model.bos_token_id, model.eos_token_id}) {
+    if (fits(id)) return id;
+  }
+  const int64_t by_format = data.dataset.vocab_size() == data::kGpt2Vocab ? runtime::kGpt2EndOfText
+                            : data.dataset.vocab_size() == data::kLlama3Vocab
+                                ? runtime::kLlama3BeginOfText
+                                : 0;
+  return fits(by_format) ? by_format : 0;
+}
+
 // The end-of-run sample from the final checkpoint (train.sample_tokens): text where a tokenizer
 // is known, and out_dir/sample.json for programs.
 void write_sample(const RunSetup& setup, RunSummary& summary) {
@@ -998,9 +1030,7 @@ void write_sample(const RunSetup& setup, RunSummary& summary) {
     }
     layers.push_back(layer);
   }
-  // The token documents start with: the tokenizer's, '\n' for bytes, GPT-2's end of text.
-  int64_t prompt = run_data.dataset.vocab_size() == data::kTextVocab ? '\n' : 50256;
-  if (run_data.tokenizer) prompt = run_data.tokenizer->document_token().value_or(0);
+  const int64_t prompt = document_start(run_data, model);
   model::SampleOptions so;
   so.num_tokens = config.train.sample_tokens;
   so.seed = static_cast<uint64_t>(config.model.seed);

@@ -427,6 +427,7 @@ Value from_text(const std::string& raw, Kind kind, const std::string& name,
 void apply_toml(RunConfig& config, const toml::table& root, const std::string& source) {
   for (const auto& [section_key, section_node] : root) {
     std::string section_name(section_key.str());
+    if (section_name == detail::kResolvedSection) continue;  // what a run resolved: a record, not input
     const auto* table = section_node.as_table();
     if (!table) {
       throw ConfigError(

@@ -31,6 +31,12 @@ struct Section {
 };
 
 const std::vector<Section>& schema();
+// The top-level table under which train.out_dir/config.toml records what the run resolved
+// ([resolved.model], [resolved.pipeline], ...; runtime/resolved_run.h). A record, not input:
+// loading a config skips it, so the saved file loads back as the config it was given.
+inline constexpr const char* kResolvedSection = "resolved";
+// A value as TOML text that reads back as the same value (a string quoted and escaped).
+std::string toml_text(const Value& v);
 const char* kind_name(Kind kind);  // "an integer", ...
 
 }  // namespace bw::runtime::detail

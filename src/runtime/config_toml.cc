@@ -323,6 +323,10 @@ std::string to_toml(const RunConfig& config, bool with_comments) {
   return out;
 }
 
+namespace detail {
+std::string toml_text(const Value& v) { return toml_value(v); }
+}  // namespace detail
+
 std::vector<std::string> changed_keys(const RunConfig& config) {
   const RunConfig defaults;
   std::vector<std::string> out;

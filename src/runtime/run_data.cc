@@ -20,13 +20,12 @@ std::string tokenizer_beside(const std::string& data_path) {
                                       : "";
 }
 
-RunData open_run_data(const DataConfig& data) {
-  const std::string path = data.path.empty() ? data::default_corpus_path() : data.path;
+RunData open_split(const std::string& path, const DataConfig& data) {
   auto dataset = data::TokenDataset::open(path);
   std::string tok_path = data.tokenizer;
   if (tok_path.empty()) {
     if (dataset.format() != data::TokenDataset::Format::kTokenBin) return {dataset, "", {}};
-    tok_path = tokenizer_beside(data.path);
+    tok_path = tokenizer_beside(path);
     if (tok_path.empty()) return {dataset, "", {}};
   } else {
     std::error_code ec;
@@ -40,6 +39,20 @@ RunData open_run_data(const DataConfig& data) {
   auto tok = tokenizer::Tokenizer::from_file(tok_path);
   auto checked = dataset.with_vocab(static_cast<int>(tok.vocab_size()), tok_path);
   return {checked, tok_path, tok};
+}
+
+RunData open_run_data(const DataConfig& data) {
+  return open_split(data.path.empty() ? data::default_corpus_path() : data.path, data);
+}
+
+std::string vocabulary_of(const RunData& split) {
+  const int vocab = split.dataset.vocab_size();
+  if (split.tokenizer) return fmt::format("{} (the tokenizer {})", vocab, split.tokenizer_path);
+  if (split.dataset.format() == data::TokenDataset::Format::kText) {
+    return fmt::format("{} (raw bytes)", vocab);
+  }
+  return fmt::format("{} (llm.c .bin version {} tokens, no tokenizer.json beside them)", vocab,
+                     vocab == data::kGpt2Vocab ? 1 : 2);
 }
 
 model::GptConfig resolve_run_model(const RunConfig& config, const RunData& data) {

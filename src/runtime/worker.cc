@@ -128,17 +128,21 @@ std::vector<int64_t> sample_ids(const data::Sampler& sampler, const RunLayout& l
   return out;
 }
 
+// The split's vocabulary is decided by open_split, the rule that decides the training split's
+// (run_data.h); `vocab` is the training split's.
 data::Sampler open_validation(const RunConfig& config, int seq_len, int vocab) {
   const auto& path = config.data.val_path;
   try {
-    data::Sampler val(data::TokenDataset::open(path), seq_len, 0,
-                      data::Sampler::Order::kSequential);
-    if (val.dataset().vocab_size() != vocab) {
+    const RunData split = open_split(path, config.data);
+    data::Sampler val(split.dataset, seq_len, 0, data::Sampler::Order::kSequential);
+    if (split.dataset.vocab_size() != vocab) {
+      // Where the training split's vocabulary comes from, for the message.
+      const RunData training = open_run_data(config.data);
       throw ConfigError(fmt::format(
           "'{}' holds tokens of a vocabulary of {} but the training data (data.path) has {}; "
           "give a validation split of the same kind (the NAME_val_*.bin beside the training "
-          "shards)",
-          path, val.dataset().vocab_size(), vocab));
+          "shards and their tokenizer.json), or name the tokenizer of both with data.tokenizer",
+          path, vocabulary_of(split), vocabulary_of(training)));
     }
     const int64_t need = int64_t{config.train.eval_batches} * global_batch(config.pipeline);
     if (need > val.num_samples()) {

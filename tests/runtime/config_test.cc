@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <toml++/toml.h>
+
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "runtime/resolved_run.h"
 
 namespace bw::runtime {
 namespace {
@@ -227,6 +230,52 @@ TEST(RunConfig, ToTomlRoundTrips) {
   }
   EXPECT_EQ(to_toml(grid[1]).find("comments"), std::string::npos);
   EXPECT_NE(to_toml(grid[1], true).find("# "), std::string::npos);
+}
+
+// out_dir/config.toml (resolved_run.h): the [resolved.*] tables say what ran, and the file loads
+// back as the config given, which the tables do not touch.
+TEST(RunConfig, TheSavedConfigLoadsBackAsGivenAndRecordsWhatRan) {
+  ResolvedRun run;
+  run.model = model::resolve_config("llama", "tiny", 12, "", 300);
+  run.model.name = "a \"quoted\" name";
+  run.data_vocab = 300;
+  run.data_tokenizer = "data/tok\\enizer.json";
+  run.precision = "bf16";
+  run.layout.microbatch_size = 2;
+  for (int devices : {1, 2}) {
+    PipelineLayout p;
+    p.num_devices = devices;
+    p.widths.assign(devices, 1);
+    p.schedule.kind = devices == 1 ? "gpipe" : "1f1b";
+    p.schedule.num_chunks = 2 * devices;
+    p.num_microbatches = 3 + devices;
+    run.layout.pipelines.push_back(p);
+  }
+  std::vector<RunConfig> given(2);
+  given[1].model.name = "tiny";
+  given[1].model.family = "llama";
+  given[1].data.path = "dir with \"quotes\"";
+  given[1].pipeline.pipelines = {1, 2};
+  for (const auto& c : given) {
+    const std::string text = saved_config_toml(c, run);
+    EXPECT_EQ(parse_run_config(text, "saved", {}), c) << text;
+    const toml::table t = toml::parse(text);
+    const auto r = t["resolved"];
+    EXPECT_EQ(r["model"]["family"].value<std::string>(), "llama") << text;
+    EXPECT_EQ(r["model"]["name"].value<std::string>(), run.model.name) << text;
+    EXPECT_EQ(r["model"]["blocks"].value<int64_t>(), run.model.n_blocks) << text;
+    EXPECT_EQ(r["model"]["kv_heads"].value<int64_t>(), run.model.n_kv_heads) << text;
+    EXPECT_EQ(r["model"]["ffn_hidden"].value<int64_t>(), run.model.ffn_hidden) << text;
+    EXPECT_EQ(r["model"]["vocab_size"].value<int64_t>(), 300) << text;
+    EXPECT_EQ(r["model"]["seq_len"].value<int64_t>(), 12) << text;
+    EXPECT_EQ(r["data"]["tokenizer"].value<std::string>(), run.data_tokenizer) << text;
+    EXPECT_EQ(r["train"]["precision"].value<std::string>(), "bf16") << text;
+    EXPECT_EQ(r["pipeline"]["pipelines"][1].value<int64_t>(), 2) << text;
+    EXPECT_EQ(r["pipeline"]["schedules"][0].value<std::string>(), "gpipe") << text;
+    EXPECT_EQ(r["pipeline"]["schedules"][1].value<std::string>(), "1f1b") << text;
+    EXPECT_EQ(r["pipeline"]["chunks"][1].value<int64_t>(), 4) << text;
+    EXPECT_EQ(r["pipeline"]["microbatches"][0].value<int64_t>(), 4) << text;
+  }
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 //    (hf_oracle.py) gives exactly the ids of transformers' model.generate(do_sample=False), for
 //    GPT-2 and for Llama tied and untied with GQA (skipped, one line, without transformers);
 //  - a breakwater checkpoint generates too, with its data's tokenizer found on its own, and
-//    prints text;
+//    prints text; `--tokenizer ''` and `--tokenizer=` both mean none (token ids);
 //  - the sample of a short run on `data prepare` shards is text: the tokenizer's own decode of
 //    the ids the run records in sample.json;
 //  - bad input (a missing checkpoint, a tokenizer larger than the model's vocabulary, a
@@ -186,6 +186,13 @@ TEST(GenerateCheckpoint, TrainedSampleIsTheTokenizersDecodeAndGenerateFindsTheTo
                                              "--prompt '{}' --max-tokens 12 --temperature 0",
                                              ckpt, fmt::join(prompt, " ")));
   ASSERT_EQ(gi.status, 0) << gi.out << gi.err;
+  // `--tokenizer=` with nothing after '=' means no tokenizer as well, whatever follows it (not
+  // the tokenizer "--prompt").
+  const auto ge = run("gen_ids_eq", fmt::format("generate --checkpoint {} --tokenizer= --prompt "
+                                                "'{}' --max-tokens 12 --temperature 0",
+                                                ckpt, fmt::join(prompt, " ")));
+  ASSERT_EQ(ge.status, 0) << ge.out << ge.err;
+  EXPECT_EQ(ge.out, gi.out);
   const auto gen = ids_of(gi.out);
   ASSERT_FALSE(gen.empty());
   const std::vector<uint32_t> u(gen.begin(), gen.end());

@@ -6,17 +6,24 @@
 #include "runtime/hf.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <toml++/toml.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli_runner.h"
 #include "core/error.h"
+#include "data/dataset.h"
 #include "model/hf_config.h"
 #include "runtime/checkpointing.h"
+#include "runtime/config.h"
 
 namespace bw::runtime {
 namespace {
@@ -213,6 +220,127 @@ TEST(HfBadInput, EachIsOneErrorNamingFileAndField) {
       {"big/config.json"});
   config_error("arch", R"({"model_type": "mistral"})",
                {"arch/config.json", "model_type", "mistral"});
+}
+
+// out_dir/config.toml says what ran. The oracle is the folder's config.json as transformers
+// wrote it (read here with its defaults: GPT-2 ties its head, n_inner null is 4 n_embd, Llama
+// does not tie): [resolved.model] holds its family and shape, seq_len as trained (the model's
+// positions when model.seq_len is 0, else the value given); [resolved.train] the precision
+// "auto" became on the CPU; [resolved.pipeline] the plan's pipelines and schedules. The keys as
+// given are beside them, and the file loads back as the config given.
+struct SavedCase {
+  std::string name, family;
+  int kv_heads;
+  int seq_len;  // model.seq_len given; 0 = the model's
+  std::vector<int> pipelines;
+  std::string schedule;
+};
+
+class HfSavedConfig : public ::testing::TestWithParam<SavedCase> {};
+
+TEST_P(HfSavedConfig, ConfigTomlSaysWhatRanBesideWhatWasGiven) {
+  const auto& c = GetParam();
+  const auto dir = make_model({c.name, c.family, c.family == "gpt2", c.kv_heads}, 256);
+  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  const std::string corpus = (temp_root() / (c.name + "_corpus.txt")).string();
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; out.tellp() < 8000; ++i) out << "line " << i << ": the quick brown fox.\n";
+  }
+  int devices = 0;
+  for (int d : c.pipelines) devices += d;
+  const std::string run = (temp_root() / (c.name + "_run")).string();
+  std::vector<std::string> args = {
+      "train", "--quiet", fmt::format("--devices={}", devices),
+      fmt::format("--pipeline.pipelines=[{}]", fmt::join(c.pipelines, ",")),
+      fmt::format("--pipeline.fault_tolerance={}", c.pipelines.size() - 1),
+      "--pipeline.schedule=" + c.schedule, "--model.init_from=" + dir, "--data.path=" + corpus,
+      fmt::format("--model.seq_len={}", c.seq_len), "--train.steps=1", "--train.sample_tokens=0",
+      "--pipeline.microbatches=4", "--pipeline.microbatch_size=2", "--train.out_dir=" + run};
+  auto r = bw::testing::run_cli(args, run + ".log", 240);
+  ASSERT_EQ(r.status, 0) << r.output;
+
+  const auto hf = nlohmann::json::parse(bw::testing::read_text(dir + "/config.json"));
+  const bool gpt2 = c.family == "gpt2";
+  const int64_t d = hf.at(gpt2 ? "n_embd" : "hidden_size");
+  const int64_t heads = hf.at(gpt2 ? "n_head" : "num_attention_heads");
+  const int64_t positions = hf.at(gpt2 ? "n_positions" : "max_position_embeddings");
+  const auto& inner = gpt2 ? hf.value("n_inner", nlohmann::json()) : hf.at("intermediate_size");
+  const std::string text = bw::testing::read_text(run + "/config.toml");
+  const toml::table saved = toml::parse(text);
+  const auto m = saved["resolved"]["model"];
+  EXPECT_EQ(m["family"].value<std::string>(), hf.at("model_type").get<std::string>()) << text;
+  const int64_t blocks = hf.at(gpt2 ? "n_layer" : "num_hidden_layers");
+  EXPECT_EQ(m["blocks"].value<int64_t>(), blocks) << text;
+  EXPECT_EQ(m["layers"].value<int64_t>(), blocks + 2) << text;  // embedding, blocks, head
+  EXPECT_EQ(m["d_model"].value<int64_t>(), d) << text;
+  EXPECT_EQ(m["heads"].value<int64_t>(), heads) << text;
+  EXPECT_EQ(m["kv_heads"].value<int64_t>(),
+            gpt2 ? heads : hf.at("num_key_value_heads").get<int64_t>())
+      << text;
+  EXPECT_EQ(m["ffn_hidden"].value<int64_t>(), inner.is_null() ? 4 * d : inner.get<int64_t>())
+      << text;
+  EXPECT_EQ(m["vocab_size"].value<int64_t>(), hf.at("vocab_size")) << text;
+  EXPECT_EQ(m["positions"].value<int64_t>(), positions) << text;
+  EXPECT_EQ(m["seq_len"].value<int64_t>(), c.seq_len > 0 ? c.seq_len : positions) << text;
+  EXPECT_EQ(m["tie_embeddings"].value<bool>(), hf.value("tie_word_embeddings", gpt2)) << text;
+  EXPECT_EQ(m["init_from"].value<std::string>(), dir) << text;
+  EXPECT_EQ(saved["resolved"]["train"]["precision"].value<std::string>(), "fp32") << text;
+  const auto p = saved["resolved"]["pipeline"];
+  for (const char* key : {"pipelines", "stage_devices", "schedules"}) {
+    ASSERT_NE(p[key].as_array(), nullptr) << "no list resolved.pipeline." << key << " in:\n" << text;
+  }
+  std::vector<int64_t> got_pipelines, widths;
+  std::vector<std::string> schedules;
+  for (const auto& v : *p["pipelines"].as_array()) got_pipelines.push_back(*v.value<int64_t>());
+  for (const auto& v : *p["stage_devices"].as_array()) widths.push_back(*v.value<int64_t>());
+  for (const auto& v : *p["schedules"].as_array()) schedules.push_back(*v.value<std::string>());
+  EXPECT_EQ(got_pipelines, std::vector<int64_t>(c.pipelines.begin(), c.pipelines.end())) << text;
+  EXPECT_EQ(widths, std::vector<int64_t>(devices, 1)) << text;
+  EXPECT_EQ(schedules, std::vector<std::string>(c.pipelines.size(), c.schedule)) << text;
+  // What was given, beside it: seq_len as given, family and name at their defaults.
+  EXPECT_EQ(saved["model"]["seq_len"].value<int64_t>(), c.seq_len) << text;
+  EXPECT_EQ(saved["model"]["family"].value<std::string>(), "gpt") << text;
+  EXPECT_EQ(saved["train"]["precision"].value<std::string>(), "auto") << text;
+  // The saved file loads back as the config given.
+  const auto loaded = parse_run_config(text, run + "/config.toml", {});
+  EXPECT_EQ(loaded.model.init_from, dir);
+  EXPECT_EQ(loaded.model.seq_len, c.seq_len);
+  EXPECT_EQ(loaded.pipeline.pipelines, c.pipelines);
+  EXPECT_EQ(loaded.train.out_dir, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfSavedConfig,
+    ::testing::Values(SavedCase{"saved_gpt2", "gpt2", 4, 0, {2}, "gpipe"},
+                      SavedCase{"saved_llama_gqa", "llama", 2, 24, {1, 2}, "1f1b"}),
+    [](const auto& info) { return info.param.name; });
+
+// The end-of-run sample starts from the token the model's config.json names (bos_token_id),
+// not from GPT-2's 50256: llm.c .bin data (vocabulary 50257) without a tokenizer, and a GPT-2
+// folder whose document token is 777.
+TEST(HfFineTune, TheSampleStartsFromTheModelsDocumentToken) {
+  const auto dir = make_model({"doc_token", "gpt2", true, 4}, data::kGpt2Vocab);
+  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  auto hf = nlohmann::json::parse(bw::testing::read_text(dir + "/config.json"));
+  hf["bos_token_id"] = 777;
+  hf["eos_token_id"] = 777;
+  std::ofstream(dir + "/config.json") << hf.dump(2);
+  const std::string bin = (temp_root() / "doc_token.bin").string();
+  std::vector<uint16_t> tokens(4000);
+  std::mt19937 rng(3);
+  for (auto& t : tokens) t = static_cast<uint16_t>(rng() % 1000);
+  data::write_token_bin(bin, tokens);
+  const std::string run = (temp_root() / "doc_token_run").string();
+  auto r = bw::testing::run_cli(
+      {"train", "--quiet", "--devices=1", "--model.init_from=" + dir, "--data.path=" + bin,
+       "--train.steps=1", "--train.sample_tokens=3", "--pipeline.microbatches=2",
+       "--pipeline.microbatch_size=2", "--train.out_dir=" + run},
+      run + ".log", 240);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto sample = nlohmann::json::parse(bw::testing::read_text(run + "/sample.json"));
+  EXPECT_EQ(sample.at("prompt"), nlohmann::json::array({777})) << sample.dump();
+  EXPECT_EQ(sample.at("ids").size(), 3u) << sample.dump();
 }
 
 // Fine-tuning a Hugging Face model on a heterogeneous pipeline plan (pipelines of 1 and 2
