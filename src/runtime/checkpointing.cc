@@ -357,7 +357,14 @@ LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
     for (const auto& sh : out.info.shards) {
       for (auto* part : {&sh.model, &sh.optimizer}) {
         auto& into = part == &sh.model ? out.weights : out.optimizer;
-        for (auto& [name, t] : load(*part)) {
+        std::map<std::string, torch::Tensor> tensors;
+        try {
+          tensors = load(*part);
+        } catch (const ConfigError& e) {
+          throw ConfigError(fmt::format("{} (shard {} of the manifest, written on host {})",
+                                        e.what(), sh.shard, sh.host));
+        }
+        for (auto& [name, t] : tensors) {
           if (auto [it, fresh] = seen.emplace(name, sh.shard); !fresh) {
             throw ConfigError(fmt::format(
                 "checkpoint '{}': tensor '{}' is in shards {} and {}; the manifest was edited or "

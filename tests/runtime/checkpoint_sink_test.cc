@@ -195,9 +195,11 @@ TEST(ShardedCheckpoint, DamagedMissingOrForeignShardsAreRefused) {
   }
   auto e = error_of([&] { load_checkpoint(sidecar); });
   EXPECT_NE(e.find(info.shards[1].model), std::string::npos) << e;
+  EXPECT_NE(e.find("host-1"), std::string::npos) << e;  // where to look for it
   fs::remove(shard1);
   e = error_of([&] { load_checkpoint(sidecar); });
   EXPECT_NE(e.find(info.shards[1].model), std::string::npos) << e;
+  EXPECT_NE(e.find("host-1"), std::string::npos) << e;
 
   // A commit never publishes a manifest naming a shard that is not there.
   CheckpointInfo bad = info_at(3);
