@@ -6,6 +6,7 @@
 
 #ifdef BW_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
@@ -34,6 +35,20 @@ std::string gpu_name(int index) {
 #else
   (void)index;
   return "";
+#endif
+}
+
+DeviceMemory device_memory(const torch::Device& device) {
+#ifdef BW_CUDA
+  if (!device.is_cuda()) return {};
+  const auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  const auto& bytes =
+      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  return {bytes.current, bytes.allocated};
+#else
+  (void)device;
+  return {};
 #endif
 }
 

@@ -17,6 +17,7 @@
 // (thread-safe).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,16 @@ int visible_gpus();
 bool built_with_cuda();
 // The name CUDA reports for GPU `index` ("NVIDIA H200"); "" in the CPU build or out of range.
 std::string gpu_name(int index);
+
+// The CUDA caching allocator's byte counters of `device`: what its tensors hold now, and what was
+// ever allocated there (grows with every tensor a kernel or a copy writes on the device). Zero for
+// the CPU and in the CPU build. Evidence, in the step reports, that a rank's tensors and kernels
+// were on its GPU (docs/gpu.md).
+struct DeviceMemory {
+  int64_t current_bytes = 0;
+  int64_t allocated_total_bytes = 0;
+};
+DeviceMemory device_memory(const torch::Device& device);
 
 // Makes `device` (cuda:i) this thread's current CUDA device, where CUDA work without an explicit
 // device goes (NCCL's streams, the caching allocator's default). InternalError in the CPU build.

@@ -13,25 +13,27 @@ namespace bw::runtime {
 
 nlohmann::json StepReport::to_json() const {
   nlohmann::json doc = {{"step", step},
-          {"rank", rank},
-          {"loss", loss},
-          {"grad_norm", grad_norm},
-          {"lr", lr},
-          {"step_ms", step_ms},
-          {"exec_ms", exec_ms},
-          {"compute_ms", compute_ms},
-          {"wait_ms", wait_ms},
-          {"data_ms", data_ms},
-          {"post_ms", post_ms},
-          {"free_ms", free_ms},
-          {"gather_ms", gather_ms},
-          {"reduce_ms", reduce_ms},
-          {"sync_ms", sync_ms},
-          {"checkpoint_ms", checkpoint_ms},
-          {"num_actions", num_actions},
-          {"peak_rss_kb", peak_rss_kb},
-          {"chunk_ms", chunk_ms},
-          {"samples", samples}};
+                        {"rank", rank},
+                        {"loss", loss},
+                        {"grad_norm", grad_norm},
+                        {"lr", lr},
+                        {"step_ms", step_ms},
+                        {"exec_ms", exec_ms},
+                        {"compute_ms", compute_ms},
+                        {"wait_ms", wait_ms},
+                        {"data_ms", data_ms},
+                        {"post_ms", post_ms},
+                        {"free_ms", free_ms},
+                        {"gather_ms", gather_ms},
+                        {"reduce_ms", reduce_ms},
+                        {"sync_ms", sync_ms},
+                        {"checkpoint_ms", checkpoint_ms},
+                        {"num_actions", num_actions},
+                        {"peak_rss_kb", peak_rss_kb},
+                        {"device_bytes", device_bytes},
+                        {"device_step_allocated_bytes", device_step_allocated_bytes},
+                        {"chunk_ms", chunk_ms},
+                        {"samples", samples}};
   if (!tied.empty()) doc["tied"] = tied;
   if (val_loss) {
     doc["val_loss"] = *val_loss;  // a non-finite value travels as null (NaN again on reading)
@@ -86,6 +88,11 @@ StepReport StepReport::from_json(const nlohmann::json& d) {
   r.checkpoint_ms = optional_ms("checkpoint_ms");
   r.num_actions = static_cast<int>(json::get_int_in(d, "num_actions", where, 0, kMaxInt));
   r.peak_rss_kb = json::get_int_in(d, "peak_rss_kb", where, 0, 1LL << 53);
+  if (d.contains("device_bytes"))
+    r.device_bytes = json::get_int_in(d, "device_bytes", where, 0, 1LL << 53);
+  if (d.contains("device_step_allocated_bytes"))
+    r.device_step_allocated_bytes =
+        json::get_int_in(d, "device_step_allocated_bytes", where, 0, 1LL << 53);
   if (d.contains("val_loss")) {
     r.val_loss = maybe_nan("val_loss");
     r.eval_ms = optional_ms("eval_ms");

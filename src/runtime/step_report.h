@@ -36,6 +36,11 @@ struct StepReport {
   double checkpoint_ms = 0.0;
   int num_actions = 0;
   int64_t peak_rss_kb = 0;
+  // On a GPU (0 on the CPU; runtime/device.h): the bytes the CUDA caching allocator held on the
+  // rank's device when the step began (its parameters, gradients and optimizer state), and the
+  // bytes allocated there during the step (inputs, activations, gradients: kernels' outputs).
+  int64_t device_bytes = 0;
+  int64_t device_step_allocated_bytes = 0;
   std::vector<std::array<double, 4>> chunk_ms;  // per chunk of the pipeline: F, B, I, W ms
   std::vector<int64_t> samples;  // data window ids this rank fed into chunk 0 (any order)
   // Tied copies this rank holds, per group, as GradSync::tied_checksums of the parameters the

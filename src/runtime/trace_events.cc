@@ -9,10 +9,12 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/trace_lanes.h"
 
 namespace bw::runtime {
 
@@ -29,6 +31,12 @@ int64_t trace_time_us(std::chrono::steady_clock::time_point t) {
 }
 
 namespace {
+
+// Communication tracks of a pipeline start at this tid (device tracks use 0.. and 100 + rank);
+// thread_sort_index is kSortStride x the device track's tid for the device, and just above it
+// for its sends' and receives' lanes, so that Perfetto draws them under their device.
+constexpr int kCommTid = 1 << 21;
+constexpr int kSortStride = 1000;
 
 [[noreturn]] void bad_steps(const std::string& text, const std::string& why) {
   throw ConfigError(fmt::format(
@@ -152,16 +160,30 @@ std::string merged_chrome_trace(const std::vector<TracedStep>& steps, bool one_h
   if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
   std::set<int> named_pids;
   std::set<std::pair<int, int>> named_tids;
+  // Sends and receives of every step, gathered per (pid, device track, direction) and spread
+  // over lanes after the loop (core/trace_lanes.h), so that each track nests.
+  struct CommSpan {
+    const TraceSpan* span;
+    int step, rank;
+  };
+  struct CommTrack {
+    std::string device_label;  // "device 1 (rank 3, worker 2)"
+    std::vector<CommSpan> spans;
+  };
+  std::map<std::tuple<int, int, int>, CommTrack> comm;  // (pid, device tid, 0 send / 1 receive)
   json step_info = json::array();
   for (const auto& st : steps) {
     // Track of each rank: the first rank of a (pipeline, device) is the device's track.
     std::map<int, std::pair<int, int>> track;  // rank -> (pid, tid)
+    std::map<int, std::string> label;          // rank -> its device track's name
     std::set<std::pair<int, int>> taken;
     for (size_t r = 0; r < st.rank_at.size(); ++r) {
       const auto [p, d] = st.rank_at[r];
       const int pid = st.generation * 1000 + p;
       const int tid = taken.insert({pid, d}).second ? d : 100 + static_cast<int>(r);
       track[static_cast<int>(r)] = {pid, tid};
+      const int worker = r < st.workers.size() ? st.workers[r] : -1;
+      label[static_cast<int>(r)] = fmt::format("device {} (rank {}, worker {})", d, r, worker);
       if (named_pids.insert(pid).second) {
         const std::string kind =
             p < static_cast<int>(st.pipeline_kinds.size()) ? st.pipeline_kinds[p] : "?";
@@ -177,18 +199,16 @@ std::string merged_chrome_trace(const std::vector<TracedStep>& steps, bool one_h
                           {"args", {{"sort_index", pid}}}});
       }
       if (named_tids.insert({pid, tid}).second) {
-        const int worker = r < st.workers.size() ? st.workers[r] : -1;
-        events.push_back(
-            {{"ph", "M"},
-             {"pid", pid},
-             {"tid", tid},
-             {"name", "thread_name"},
-             {"args", {{"name", fmt::format("device {} (rank {}, worker {})", d, r, worker)}}}});
+        events.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"name", "thread_name"},
+                          {"args", {{"name", label[static_cast<int>(r)]}}}});
         events.push_back({{"ph", "M"},
                           {"pid", pid},
                           {"tid", tid},
                           {"name", "thread_sort_index"},
-                          {"args", {{"sort_index", tid}}}});
+                          {"args", {{"sort_index", kSortStride * tid}}}});
       }
     }
     for (const auto& rt : st.ranks) {
@@ -196,6 +216,13 @@ std::string merged_chrome_trace(const std::vector<TracedStep>& steps, bool one_h
       if (it == track.end()) continue;  // a rank the layout does not have: nothing to draw
       const auto [pid, tid] = it->second;
       for (const auto& s : rt.spans) {
+        if (s.cat == "comm") {
+          const int direction = s.name.find("SEND") != std::string::npos ? 0 : 1;
+          CommTrack& c = comm[{pid, tid, direction}];
+          if (c.spans.empty()) c.device_label = label[rt.rank];
+          c.spans.push_back({&s, st.step, rt.rank});
+          continue;
+        }
         events.push_back({{"ph", "X"},
                           {"pid", pid},
                           {"tid", tid},
@@ -211,6 +238,49 @@ std::string merged_chrome_trace(const std::vector<TracedStep>& steps, bool one_h
                          {"pipelines", st.pipeline_kinds.size()},
                          {"ranks", st.rank_at.size()},
                          {"missing_ranks", st.missing}});
+  }
+  // Communication tracks: tid kCommTid and up within each pid, in order of (device, direction,
+  // lane), each named after its device and drawn just below it.
+  std::map<int, int> next_tid;  // pid -> the next free communication tid
+  for (const auto& [key, c] : comm) {
+    const auto [pid, device_tid, direction] = key;
+    std::vector<std::pair<int64_t, int64_t>> bounds;
+    for (const auto& cs : c.spans) bounds.emplace_back(cs.span->begin_us, cs.span->end_us);
+    const std::vector<int> lanes = assign_lanes(bounds);
+    const int count = lanes.empty() ? 0 : *std::max_element(lanes.begin(), lanes.end()) + 1;
+    const auto next = next_tid.try_emplace(pid, kCommTid).first;
+    const int first = next->second;
+    next->second += count;
+    const std::string what = direction == 0 ? "sends" : "receives";
+    for (int l = 0; l < count; ++l) {
+      events.push_back(
+          {{"ph", "M"},
+           {"pid", pid},
+           {"tid", first + l},
+           {"name", "thread_name"},
+           {"args",
+            {{"name", l == 0 ? fmt::format("{} {}", c.device_label, what)
+                             : fmt::format("{} {} #{}", c.device_label, what, l + 1)}}}});
+      events.push_back(
+          {{"ph", "M"},
+           {"pid", pid},
+           {"tid", first + l},
+           {"name", "thread_sort_index"},
+           {"args",
+            {{"sort_index", kSortStride * device_tid + 1 + direction * (kSortStride / 2) +
+                                std::min(l, kSortStride / 2 - 2)}}}});
+    }
+    for (size_t i = 0; i < c.spans.size(); ++i) {
+      const CommSpan& cs = c.spans[i];
+      events.push_back({{"ph", "X"},
+                        {"pid", pid},
+                        {"tid", first + lanes[i]},
+                        {"name", cs.span->name},
+                        {"cat", cs.span->cat},
+                        {"ts", static_cast<double>(cs.span->begin_us - origin)},
+                        {"dur", static_cast<double>(cs.span->end_us - cs.span->begin_us)},
+                        {"args", {{"step", cs.step}, {"rank", cs.rank}, {"device", device_tid}}}});
+    }
   }
   json doc = {
       {"traceEvents", std::move(events)},

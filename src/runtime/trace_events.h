@@ -81,10 +81,14 @@ struct TracedStep {
 // One Chrome trace of every traced step: a process per (generation, pipeline), pid =
 // generation * 1000 + pipeline, named "generation G pipeline P (kind)"; a track per device of the
 // pipeline (tid = device, "device d (rank r, worker w)", as the simulator numbers them); one "X"
-// slice per span with args {"step"}, at times relative to the earliest span of the first traced
-// step. otherData holds the steps, the clock's description and the missing ranks. Ranks of a
-// sharded stage beyond its first get tracks of their own (tid = 100 + rank). `one_host`: every
-// rank ran on one host (one clock), else the hosts' clock agreement bounds the alignment.
+// slice per span with args {"step", "rank"}, at times relative to the earliest span of the first
+// traced step. Sends and receives (cat "comm") overlap the compute and each other, and the slices
+// of one track must nest: they go to tracks of their own per device track and direction ("device
+// d (rank r, worker w) sends" / "receives", tid 2^21 and up), as many lanes as are in flight at
+// once ("... sends #2", core/trace_lanes.h), with args.device = the device track's tid. otherData
+// holds the steps, the clock's description and the missing ranks. Ranks of a sharded stage beyond
+// its first get tracks of their own (tid = 100 + rank). `one_host`: every rank ran on one host (one
+// clock), else the hosts' clock agreement bounds the alignment.
 std::string merged_chrome_trace(const std::vector<TracedStep>& steps, bool one_host);
 
 }  // namespace bw::runtime

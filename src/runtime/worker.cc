@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "runtime/device.h"
 #include "runtime/log.h"
 #include "runtime/run_data.h"
 
@@ -225,6 +226,7 @@ PreparedStep Worker::prepare(int step) {
   shards_->zero_gradients();
   const bool traced_step = traced(step);
   if (traced_step) executor_->set_trace(&trace_);
+  const DeviceMemory memory_before = device_memory(device);
   StepStats stats = executor_->run_step(batch);
   executor_->set_trace(nullptr);
   auto tied = sync_->tied_checksums();  // the parameters this step ran with
@@ -264,6 +266,10 @@ PreparedStep Worker::prepare(int step) {
   }
   r.step_ms = ms_since(t0);
   r.peak_rss_kb = peak_rss_kb();
+  const DeviceMemory memory_after = device_memory(device);
+  r.device_bytes = memory_before.current_bytes;
+  r.device_step_allocated_bytes =
+      memory_after.allocated_total_bytes - memory_before.allocated_total_bytes;
   r.val_loss = val_loss;
   r.eval_ms = eval_ms;
   return out;

@@ -1,5 +1,9 @@
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
+#include "core/trace_lanes.h"
 #include "sim/render.h"
 
 namespace bw::sim {
@@ -75,30 +79,48 @@ std::string chrome_trace(const schedule::Schedule& s, const SimResult& r) {
       }
     }
   }
-  // Transfers: a slice on the link's track and a flow from sender to receiver.
-  std::vector<std::pair<int, int>> link_ids;
-  auto link_tid = [&](int src, int dst) {
-    for (size_t i = 0; i < link_ids.size(); ++i)
-      if (link_ids[i] == std::pair(src, dst)) return P + static_cast<int>(i);
-    link_ids.emplace_back(src, dst);
-    const int tid = P + static_cast<int>(link_ids.size()) - 1;
-    events.push_back(
-        {{"ph", "M"},
-         {"pid", 0},
-         {"tid", tid},
-         {"name", "thread_name"},
-         {"args", {{"name", "link " + std::to_string(src) + "->" + std::to_string(dst)}}}});
-    events.push_back({{"ph", "M"},
-                      {"pid", 0},
-                      {"tid", tid},
-                      {"name", "thread_sort_index"},
-                      {"args", {{"sort_index", tid}}}});
-    return tid;
-  };
+  // Transfers: a slice on a track of the link and a flow from sender to receiver. A link starts
+  // the next transfer once the last one is serialised, before its latency has passed, so its
+  // transfers overlap: each link gets as many lanes as it has transfers in flight at once, and
+  // every track nests (core/trace_lanes.h).
+  std::vector<std::pair<int, int>> links;  // in order of the first transfer on each
+  std::vector<std::vector<size_t>> on_link;
+  for (size_t i = 0; i < r.transfers.size(); ++i) {
+    const std::pair<int, int> link(r.transfers[i].src_device, r.transfers[i].dst_device);
+    const size_t l = std::find(links.begin(), links.end(), link) - links.begin();
+    if (l == links.size()) links.push_back(link), on_link.emplace_back();
+    on_link[l].push_back(i);
+  }
+  std::vector<int> transfer_tid(r.transfers.size(), 0);
+  int next_tid = P;
+  for (size_t l = 0; l < links.size(); ++l) {
+    std::vector<std::pair<double, double>> spans;
+    for (size_t i : on_link[l]) spans.emplace_back(r.transfers[i].start_ms, r.transfers[i].end_ms);
+    const std::vector<int> lane = assign_lanes(spans);
+    const int lanes = *std::max_element(lane.begin(), lane.end()) + 1;
+    for (int k = 0; k < lanes; ++k) {
+      const std::string name = "link " + std::to_string(links[l].first) + "->" +
+                               std::to_string(links[l].second) +
+                               (k == 0 ? "" : " #" + std::to_string(k + 1));
+      events.push_back({{"ph", "M"},
+                        {"pid", 0},
+                        {"tid", next_tid + k},
+                        {"name", "thread_name"},
+                        {"args", {{"name", name}}}});
+      events.push_back({{"ph", "M"},
+                        {"pid", 0},
+                        {"tid", next_tid + k},
+                        {"name", "thread_sort_index"},
+                        {"args", {{"sort_index", next_tid + k}}}});
+    }
+    for (size_t j = 0; j < on_link[l].size(); ++j) transfer_tid[on_link[l][j]] = next_tid + lane[j];
+    next_tid += lanes;
+  }
   int flow = 0;
-  for (const Transfer& x : r.transfers) {
+  for (size_t i = 0; i < r.transfers.size(); ++i) {
+    const Transfer& x = r.transfers[i];
     const std::string name = schedule::to_string(x.send);
-    const int tid = link_tid(x.src_device, x.dst_device);
+    const int tid = transfer_tid[i];
     events.push_back({{"ph", "X"},
                       {"pid", 0},
                       {"tid", tid},

@@ -22,7 +22,7 @@ using schedule::ActionKind;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kUsPerMs = 1000.0;  // trace times are microseconds
-constexpr long long kMaxTid = 1 << 20;
+constexpr long long kMaxTid = 1 << 22;
 
 const Json& events_of(const Json& doc, const std::string& name) {
   if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
@@ -198,7 +198,6 @@ std::map<long long, PipelineTrace> read_measured(const Json& doc, const std::str
     if (ph != "X") continue;
     const long long pid =
         json::get_int_in(e, "pid", at, 0, static_cast<long long>(json::kMaxExactInt));
-    const long long tid = json::get_int_in(e, "tid", at, 0, kMaxTid);
     const std::string action = json::get_string(e, "name", at);
     const std::string cat = e.contains("cat") ? json::get_string(e, "cat", at) : "";
     const double ts = json::get_number(e, "ts", at);
@@ -207,6 +206,10 @@ std::map<long long, PipelineTrace> read_measured(const Json& doc, const std::str
       throw ConfigError(
           fmt::format("{}: slice '{}' has no args.step (the traced step)", at, action));
     const long long step = json::get_int(e["args"], "step", at + " args");
+    // A send or receive is on a track of its own; args.device names the device it belongs to.
+    const long long tid = e["args"].contains("device")
+                              ? json::get_int_in(e["args"], "device", at + " args", 0, kMaxTid)
+                              : json::get_int_in(e, "tid", at, 0, kMaxTid);
 
     Measured m;
     m.simulated = simulated_cat(cat);
@@ -323,9 +326,9 @@ PipelineComparison compare_pipeline(const PipelineTrace& p, long long pid, const
   c.predicted_makespan_ms = pred.makespan_ms;
   long long max_tid = -1;
   for (const auto& [tid, actions] : p.actions) max_tid = std::max(max_tid, tid);
-  for (const auto& [tid, label] : p.threads) max_tid = std::max(max_tid, tid);
-  c.threads.resize(max_tid + 1);
-  for (const auto& [tid, label] : p.threads) c.threads[tid] = label;
+  c.threads.resize(max_tid + 1);  // the devices' tracks (those of sends and receives are above)
+  for (const auto& [tid, label] : p.threads)
+    if (tid <= max_tid) c.threads[tid] = label;
 
   for (const auto& [tid, actions] : p.actions) {
     std::map<std::string, ClassComparison> classes;

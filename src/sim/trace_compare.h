@@ -4,11 +4,12 @@
 // one process per pipeline of a generation (pid = generation * 1000 + pipeline), one thread per
 // device of that pipeline (tid = device index), and an "X" slice per action of each traced step
 // named as schedule::to_string names it, with args.step telling the steps apart; sends and
-// receives have cat "comm" and last from posting to completion; gradient reduction, the optimizer
-// and state transfers (cats "sync", "optimizer", "state", or any other cat) have no simulated
-// counterpart. The simulated one is chrome_trace()'s (render.h): pid 0, a track per device,
-// compute as slices, SEND/RECV as instants whose args.done_ms ends their predicted duration, and
-// otherData.makespan_ms.
+// receives have cat "comm", last from posting to completion and lie on tracks of their own, with
+// args.device naming the device (the tid of its track) they belong to; gradient reduction, the
+// optimizer and state transfers (cats "sync", "optimizer", "state", or any other cat) have no
+// simulated counterpart. The simulated one is chrome_trace()'s (render.h): pid 0, a track per
+// device, compute as slices, SEND/RECV as instants whose args.done_ms ends their predicted
+// duration, and otherData.makespan_ms.
 //
 // Per pipeline, device and class (F, B, I, W, SEND, RECV, then the rest) the comparison holds the
 // measured mean duration of one action (over every slice of every traced step) against the

@@ -4,10 +4,12 @@
 // message and the coordinator's merge, against values written out by hand.
 // TracedRun (end to end, worker processes): every rank's compute actions appear on its
 // pipeline's device track in exactly the order the simulator runs that device's schedule
-// (`breakwater schedule --trace`, the reference), one slice per send and receive, no two compute
-// slices of a track overlap, every receive completes after its sender posted it (the ranks' clocks
-// agree), each rank reduces gradients and steps its optimizer once per traced step; and a step
-// traced after a recovery is drawn with the new generation's plan.
+// (`breakwater schedule --trace`, the reference), one slice per send and receive on its device's
+// tracks of sends and receives, every track of the real and the simulated trace nests (Chrome's
+// format: tracks_nest), every receive completes after its sender posted it (the ranks' clocks
+// agree), each rank reduces gradients and steps its optimizer once per traced step, and `trace
+// compare` reports the F and B means computed here from the two files; and a step traced after a
+// recovery is drawn with the new generation's plan.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,11 +21,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "../runtime/cli_runner.h"
+#include "../sim/trace_nesting.h"
 #include "core/error.h"
 #include "run_files.h"
 #include "runtime/trace_events.h"
@@ -132,6 +136,51 @@ TEST(MergedTrace, OneProcessPerPipelineOneTrackPerDeviceTimesFromTheFirstSpan) {
   EXPECT_EQ(doc.at("otherData").at("origin_unix_us"), 1'000'000);
 }
 
+// Sends and receives overlap the compute of their rank and each other (several in flight): they go
+// to tracks of their own, per device and direction, as many lanes as are in flight at once, named
+// after the device, with args.device naming its track; compute stays on the device's track.
+TEST(MergedTrace, SendsAndReceivesGetTracksOfTheirOwnAndEveryTrackNests) {
+  TracedStep a;
+  a.step = 2;
+  a.pipeline_kinds = {"1f1b"};
+  a.rank_at = {{0, 0}, {0, 1}};
+  a.workers = {5, 6};
+  a.ranks = {{2,
+              0,
+              {{"0F0", "F", 1000, 1100},
+               {"0SEND_F0", "comm", 1100, 1250},
+               {"0F1", "F", 1100, 1200},
+               {"0SEND_F1", "comm", 1200, 1300},
+               {"0RECV_B0", "comm", 1050, 1400},
+               {"0B0", "B", 1400, 1600},
+               {"GRAD_SYNC", "sync", 1600, 1700}}},
+             {2, 1, {{"1RECV_F0", "comm", 1000, 1260}, {"1F0", "F", 1260, 1300}}}};
+  const json doc = json::parse(merged_chrome_trace({a}, true));
+  EXPECT_TRUE(testing::tracks_nest(doc));
+  std::map<std::pair<int, int>, std::string> threads;
+  std::map<std::string, std::pair<std::string, int>> slices;  // name -> (track name, args.device)
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      threads[{e.at("pid"), e.at("tid")}] = e.at("args").at("name");
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const auto& args = e.at("args");
+    slices[e.at("name")] = {threads.at({e.at("pid"), e.at("tid")}),
+                            args.contains("device") ? args.at("device").get<int>() : -1};
+  }
+  using T = std::pair<std::string, int>;
+  EXPECT_EQ(slices,
+            (std::map<std::string, T>{{"0F0", {"device 0 (rank 0, worker 5)", -1}},
+                                      {"0F1", {"device 0 (rank 0, worker 5)", -1}},
+                                      {"0B0", {"device 0 (rank 0, worker 5)", -1}},
+                                      {"GRAD_SYNC", {"device 0 (rank 0, worker 5)", -1}},
+                                      {"0SEND_F0", {"device 0 (rank 0, worker 5) sends", 0}},
+                                      {"0SEND_F1", {"device 0 (rank 0, worker 5) sends #2", 0}},
+                                      {"0RECV_B0", {"device 0 (rank 0, worker 5) receives", 0}},
+                                      {"1RECV_F0", {"device 1 (rank 1, worker 6) receives", 1}},
+                                      {"1F0", {"device 1 (rank 1, worker 6)", -1}}}));
+}
+
 // --- end to end
 
 std::string dir() {
@@ -147,6 +196,7 @@ struct Slice {
   std::string name, cat;
   double ts, dur;
   int step;
+  int device;  // the device track it belongs to: args.device for sends and receives, else tid
 };
 
 std::vector<Slice> slices_of(const json& doc) {
@@ -154,8 +204,9 @@ std::vector<Slice> slices_of(const json& doc) {
   for (const auto& e : doc.at("traceEvents")) {
     if (e.at("ph") != "X") continue;
     // The simulator's slices have no step.
+    const json args = e.value("args", json::object());
     out.push_back({e.at("pid"), e.at("tid"), e.at("name"), e.at("cat"), e.at("ts"), e.at("dur"),
-                   e.contains("args") ? e.at("args").value("step", -1) : -1});
+                   args.value("step", -1), args.value("device", e.at("tid").get<int>())});
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const Slice& a, const Slice& b) { return a.ts < b.ts; });
@@ -172,12 +223,99 @@ std::map<int, std::vector<std::string>> simulated_order(const std::string& kind,
        std::to_string(microbatches), "--waves", std::to_string(waves), "--trace", path},
       path + ".log", 60);
   EXPECT_EQ(r.status, 0) << r.output;
+  const json doc = json::parse(testing::read_text(path));
+  EXPECT_TRUE(testing::tracks_nest(doc)) << path;
   std::map<int, std::vector<std::string>> order;
-  for (const auto& s : slices_of(json::parse(testing::read_text(path)))) {
+  for (const auto& s : slices_of(doc)) {
     if (s.cat == "F" || s.cat == "B" || s.cat == "I" || s.cat == "W")
       order[s.tid].push_back(s.name);
   }
   return order;
+}
+
+// Per (pipeline, device, class) of F and B: the mean duration in ms of the measured trace's
+// slices (every traced step), and of the simulated trace's (the predictions, one per action;
+// every action runs once per step, so the mean of the predictions is what compare weighs).
+struct Means {
+  std::map<std::tuple<int, int, std::string>, std::pair<double, int>> measured;  // sum ms, count
+  std::map<std::pair<int, std::string>, std::pair<double, int>> predicted;
+  std::map<std::tuple<int, int, std::string>, int> comm;  // (pid, device, SEND/RECV) -> slices
+};
+
+Means means_of(const json& real, const json& sim) {
+  Means m;
+  for (const auto& s : slices_of(real)) {
+    if (s.cat == "F" || s.cat == "B") {
+      auto& [sum, n] = m.measured[{s.pid, s.tid, s.cat}];
+      sum += s.dur / 1000, ++n;
+    } else if (s.cat == "comm") {
+      ++m.comm[{s.pid, s.device, s.name.find("SEND") != std::string::npos ? "SEND" : "RECV"}];
+    }
+  }
+  for (const auto& s : slices_of(sim)) {
+    if (s.cat != "F" && s.cat != "B") continue;
+    auto& [sum, n] = m.predicted[{s.tid, s.cat}];
+    sum += s.dur / 1000, ++n;
+  }
+  return m;
+}
+
+// `trace compare --json`: every F and B row holds the means computed from the files, and the
+// sends and receives counted on their device.
+void expect_compare_reports_the_means(const json& real, const json& sim, const std::string& out) {
+  const Means m = means_of(real, sim);
+  const json report = json::parse(out.substr(out.find('{')));
+  std::set<std::tuple<int, int, std::string>> seen;
+  for (const auto& p : report.at("pipelines")) {
+    const int pid = p.at("pid");
+    for (const auto& row : p.at("classes")) {
+      const int device = row.at("device");
+      const std::string cls = row.at("class");
+      SCOPED_TRACE(fmt::format("pipeline {} device {} class {}", pid, device, cls));
+      if (cls == "SEND" || cls == "RECV") {
+        EXPECT_EQ(row.at("slices").get<int>(), m.comm.at({pid, device, cls}));
+        continue;
+      }
+      if (cls != "F" && cls != "B") continue;
+      seen.insert({pid, device, cls});
+      const auto [sum, n] = m.measured.at({pid, device, cls});
+      const auto [psum, pn] = m.predicted.at({device, cls});
+      const double measured = sum / n, predicted = psum / pn;
+      EXPECT_EQ(row.at("slices").get<int>(), n);
+      EXPECT_NEAR(row.at("measured_ms").get<double>(), measured, 1e-9 * measured);
+      EXPECT_NEAR(row.at("predicted_ms").get<double>(), predicted, 1e-9 * predicted);
+      EXPECT_NEAR(row.at("ratio").get<double>(), measured / predicted, 1e-9 * measured / predicted);
+    }
+  }
+  std::set<std::tuple<int, int, std::string>> want;
+  for (const auto& [key, unused] : m.measured) want.insert(key);
+  EXPECT_EQ(seen, want);
+}
+
+// The table: a row "device class per-step measured predicted ratio" per F and B of each pipeline,
+// the means to 4 significant digits and the ratio to 3 decimals.
+void expect_table_reports_the_means(const json& real, const json& sim, const std::string& out) {
+  const Means m = means_of(real, sim);
+  std::istringstream lines(out);
+  int pid = -1, rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("pipeline ", 0) == 0) pid = std::stoi(line.substr(9));
+    std::istringstream words(line);
+    int device = 0;
+    std::string cls, measured, predicted, ratio;
+    double per_step = 0;
+    if (!(words >> device >> cls >> per_step >> measured >> predicted >> ratio)) continue;
+    if (cls != "F" && cls != "B") continue;
+    SCOPED_TRACE(line);
+    const auto [sum, n] = m.measured.at({pid, device, cls});
+    const auto [psum, pn] = m.predicted.at({device, cls});
+    // Within the rounding of what is printed.
+    EXPECT_NEAR(std::stod(measured), sum / n, 5e-4 * sum / n);
+    EXPECT_NEAR(std::stod(predicted), psum / pn, 5e-4 * psum / pn);
+    EXPECT_NEAR(std::stod(ratio), (sum / n) / (psum / pn), 5e-4 + 1e-9);
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(m.measured.size())) << out;
 }
 
 struct TracedRunResult {
@@ -210,6 +348,7 @@ TEST(TracedRun, EveryActionOfEveryRankIsOnItsTrackInScheduleOrderWithAlignedCloc
   ASSERT_EQ(run.status, 0) << run.output;
   ASSERT_TRUE(run.trace.is_object()) << run.output;
   EXPECT_NE(run.output.find("trace.json"), std::string::npos) << run.output;
+  EXPECT_TRUE(testing::tracks_nest(run.trace));
   const auto sim = simulated_order("hanayo", 2, 4, 2);
   ASSERT_EQ(sim.size(), 2u);
   const auto slices = slices_of(run.trace);
@@ -229,8 +368,9 @@ TEST(TracedRun, EveryActionOfEveryRankIsOnItsTrackInScheduleOrderWithAlignedCloc
         double last_end = -1;
         int sync = 0, optimizer = 0, comm = 0;
         for (const auto& s : slices) {
-          if (s.step != step || s.pid != pid || s.tid != tid) continue;
+          if (s.step != step || s.pid != pid || s.device != tid) continue;
           EXPECT_GE(s.dur, 0);
+          EXPECT_EQ(s.cat == "comm", s.tid != tid) << s.name << " on track " << s.tid;
           if (s.cat == "F" || s.cat == "B") {
             compute.push_back(s.name);
             EXPECT_GE(s.ts, last_end) << s.name << " overlaps the compute before it";
@@ -270,7 +410,13 @@ TEST(TracedRun, EveryActionOfEveryRankIsOnItsTrackInScheduleOrderWithAlignedCloc
   auto cmp = testing::run_cli({"trace", "compare", real_path, sim_path, "--json"},
                               real_path + ".compare.log", 60);
   ASSERT_EQ(cmp.status, 0) << cmp.output;
-  EXPECT_NE(cmp.output.find("\"ratio\""), std::string::npos) << cmp.output;
+  expect_compare_reports_the_means(run.trace, json::parse(testing::read_text(sim_path)),
+                                   cmp.output);
+  auto table =
+      testing::run_cli({"trace", "compare", real_path, sim_path}, real_path + ".table.log", 60);
+  ASSERT_EQ(table.status, 0) << table.output;
+  expect_table_reports_the_means(run.trace, json::parse(testing::read_text(sim_path)),
+                                 table.output);
   // Against another schedule (GPipe of the same size) it is refused, naming the action.
   const auto gpipe = (fs::path(dir()) / "sim_gpipe.json").string();
   auto g = testing::run_cli({"schedule", "--kind", "gpipe", "-P", "2", "-B", "4", "--trace", gpipe},
@@ -287,6 +433,7 @@ TEST(TracedRun, AStepTracedAfterARecoveryIsDrawnWithTheNewPlan) {
                                             "--elastic.inject=kill:node=3:step=1:phase=forward"});
   ASSERT_EQ(run.status, 0) << run.output;
   ASSERT_TRUE(run.trace.is_object()) << run.output;
+  EXPECT_TRUE(testing::tracks_nest(run.trace));
   const auto& steps = run.trace.at("otherData").at("steps");
   ASSERT_EQ(steps.size(), 3u) << steps.dump();
   EXPECT_EQ(steps[0].at("generation"), 0);

@@ -1,10 +1,14 @@
 #include "sim/render.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "schedule/generate.h"
+#include "trace_nesting.h"
 
 namespace bw::sim {
 namespace {
@@ -36,6 +40,42 @@ TEST(Render, ChromeTraceHasATrackPerDeviceASliceperComputeAndFlows) {
   EXPECT_EQ(flows_end, flows_start);
   EXPECT_GT(flows_start, 0);
   EXPECT_DOUBLE_EQ(doc["otherData"]["makespan_ms"].get<double>(), r.makespan_ms);
+}
+
+// Every track of the simulator's trace nests (Chrome's format; tests/sim/trace_nesting.h): the
+// devices' compute, and the links' transfers, which overlap on a link whose latency outlasts the
+// serialisation of the next transfer, over every kind and lowered or not.
+TEST(Render, ChromeTraceTracksNestForEveryKind) {
+  const LinkModel link{.latency_ms = 0.7, .bandwidth_gbps = 8};  // 1 MB: 0.125 ms on the wire
+  for (const auto& kind : schedule::schedule_kinds()) {
+    for (const bool lowered : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}{}", kind, lowered ? ", lowered" : ""));
+      const int devices = 4;
+      auto s = schedule::generate({.kind = kind, .devices = devices, .microbatches = 8});
+      if (lowered) s = schedule::lower(s);
+      const auto r = simulate(s, stage_costs(s, {.output_bytes = 1e6}, link));
+      const auto doc = nlohmann::json::parse(chrome_trace(s, r));
+      EXPECT_TRUE(testing::tracks_nest(doc));
+      // Each transfer is a slice on one of its link's tracks.
+      std::map<std::string, int> on_links;
+      std::map<std::pair<int, int>, std::string> names;
+      for (const auto& e : doc["traceEvents"])
+        if (e["ph"] == "M" && e["name"] == "thread_name")
+          names[{e["pid"], e["tid"]}] = e["args"]["name"];
+      int slices = 0;
+      for (const auto& e : doc["traceEvents"]) {
+        if (e["ph"] != "X" || e["tid"].get<int>() < devices) continue;
+        const std::string track = names.at({e["pid"], e["tid"]});
+        ++slices;
+        ++on_links[track.substr(0, track.find(" #"))];
+      }
+      EXPECT_EQ(slices, static_cast<int>(r.transfers.size()));
+      std::map<std::string, int> want;
+      for (const auto& x : r.transfers)
+        ++want[fmt::format("link {}->{}", x.src_device, x.dst_device)];
+      EXPECT_EQ(on_links, want);
+    }
+  }
 }
 
 TEST(Render, SvgDrawsABoxPerComputeAndALegend) {

@@ -1,7 +1,8 @@
 // trace compare: a "measured" trace is built by hand from the simulator's own trace, in the format
-// `breakwater train` writes (a process per pipeline, a thread per device, a slice per action with
-// args.step), with every duration a known multiple of its prediction; the comparison must recover
-// the multiples, the makespan of the layout, the order of the gaps, and refuse other schedules.
+// `breakwater train` writes (a process per pipeline, a thread per device and one for its sends
+// and receives, a slice per action with args.step), with every duration a known multiple of its
+// prediction; the comparison must recover the multiples, the makespan of the layout, the order of
+// the gaps, and refuse other schedules.
 #include "sim/trace_compare.h"
 
 #include <fmt/format.h>
@@ -61,14 +62,19 @@ Measured measure(const json& sim, long long pid, int steps, const Factor& factor
     for (int d = 0; d < devices; ++d) {
       double t = start_ms;
       auto slice = [&](const std::string& name, const std::string& cat, double ms) {
+        // As the real trace: sends and receives on a track of their own, args.device naming
+        // their device.
+        const bool comm = cat == "comm";
+        json args = {{"step", step}};
+        if (comm) args["device"] = d;
         events.push_back({{"ph", "X"},
                           {"pid", pid},
-                          {"tid", d},
+                          {"tid", comm ? (1 << 21) + d : d},
                           {"name", name},
                           {"cat", cat},
                           {"ts", t * 1000},
                           {"dur", ms * 1000},
-                          {"args", {{"step", step}}}});
+                          {"args", args}});
         t += ms;
       };
       for (const json& e : sim["traceEvents"]) {
