@@ -145,12 +145,13 @@ std::pair<int, int> count_shards(const std::string& dir) {
 
 TEST(DataPrepareCli, AKilledRunLeavesOnlyWholeShards) {
   const std::string tok = tokenizer_file();
-  const std::string in = corpus_jsonl("kill.jsonl", 30000);  // ~1.9 M tokens, 93 shards
+  const std::string in = corpus_jsonl("kill.jsonl", 30000);  // 216 shards of 20 000 tokens
   // The kill lands while the run is writing: after `after` shards are whole and while the next
   // one is open as a .tmp (checked before the kill), with the run still going (it dies of the
   // signal, not of its own exit), and short of the shards a whole run writes (checked after).
   for (const int after : {1, 30, 70}) {
     const std::string out = fmt::format("{}/kill_{}", scratch(), after);
+    fs::remove_all(out);  // a fresh folder (repeated runs of the test share the scratch folder)
     const pid_t pid = fork();
     if (pid == 0) {
       const int devnull = open("/dev/null", O_WRONLY);
