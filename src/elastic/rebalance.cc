@@ -54,4 +54,23 @@ std::optional<Split> worth_rebalancing(const std::vector<PipelineSpeed>& pipelin
   return split;
 }
 
+std::optional<Split> RebalanceJudge::judge(const std::vector<PipelineSpeed>& pipelines,
+                                           double min_gain) {
+  std::vector<int> now;
+  double slowest = 0;
+  for (const auto& s : pipelines) {
+    now.push_back(s.microbatches);
+    slowest = std::max(slowest, s.measured_ms);
+  }
+  measured_ms_[now] = slowest;
+  auto split = worth_rebalancing(pipelines, min_gain);
+  if (split) {
+    auto it = measured_ms_.find(split->microbatches);
+    if (it != measured_ms_.end() && it->second * (1 + min_gain) > slowest) {
+      return std::nullopt;  // measured before, and not faster by the margin
+    }
+  }
+  return split;
+}
+
 }  // namespace bw::elastic

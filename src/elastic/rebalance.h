@@ -11,9 +11,16 @@
 // its sample order do not change (a step consumes the same global microbatches whatever the
 // split), so exactly-once holds across a rebalance.
 //
-// Pure; thread-safety: pure functions.
+// The calibration is linear, so where the pipelines' real times are not, a split can look better
+// from one side and worse from the other: a 3x-slow pipeline with a planner estimate that
+// overstates the fixed cost swings between [2, 6] and [3, 5] forever on the estimate alone.
+// RebalanceJudge remembers what each split measured on the current pipelines and judges a split
+// it has measured by that measurement, not the estimate (docs/elastic.md).
+//
+// Pure; thread-safety: the functions are pure; a RebalanceJudge is not thread-safe.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -42,5 +49,19 @@ Split fit_split(const std::vector<PipelineSpeed>& pipelines);
 // slowest pipeline 10% faster); nullopt otherwise.
 std::optional<Split> worth_rebalancing(const std::vector<PipelineSpeed>& pipelines,
                                        double min_gain);
+
+// worth_rebalancing with a memory of measured splits (see the top comment).
+class RebalanceJudge {
+ public:
+  // Records `pipelines`' current split with its slowest measured pipeline, then returns
+  // worth_rebalancing(pipelines, min_gain), except a split measured before whose slowest
+  // pipeline was not faster than now's by min_gain (then nullopt).
+  std::optional<Split> judge(const std::vector<PipelineSpeed>& pipelines, double min_gain);
+  // The pipelines changed (a node lost or joined): earlier measurements no longer apply.
+  void forget() { measured_ms_.clear(); }
+
+ private:
+  std::map<std::vector<int>, double> measured_ms_;  // microbatches -> slowest pipeline's time
+};
 
 }  // namespace bw::elastic

@@ -672,7 +672,7 @@ void Supervisor::replan() {
       }
     }
     rebalance_.reset();  // a failure in the meantime re-plans from the planner's split
-    if (!failed.empty() || !joining.empty()) measured_splits_.clear();  // other pipelines
+    if (!failed.empty() || !joining.empty()) rebalance_judge_.forget();  // other pipelines
     next.generation = g_ + 1;
     next_run = layout_plan(ctx_, next);
   } catch (const ConfigError& e) {
@@ -766,19 +766,7 @@ std::optional<Split> Supervisor::judge_rebalance(const StepRecord& rec) {
     speeds.push_back({pipe.microbatches, pipeline_means_ms_[p], pipe.tmpl.estimate.fixed_ms,
                       pipe.tmpl.estimate.per_microbatch_ms});
   }
-  std::vector<int> now;
-  for (const auto& s : speeds) now.push_back(s.microbatches);
-  double slowest = 0;
-  for (double m : pipeline_means_ms_) slowest = std::max(slowest, m);
-  measured_splits_[now] = slowest;
-  auto split = worth_rebalancing(speeds, opt_.rebalance_gain);
-  if (split) {
-    auto it = measured_splits_.find(split->microbatches);
-    if (it != measured_splits_.end() && it->second * (1 + opt_.rebalance_gain) > slowest) {
-      return {};  // measured before, and not faster by the margin
-    }
-  }
-  return split;
+  return rebalance_judge_.judge(speeds, opt_.rebalance_gain);
 }
 
 void Supervisor::stop(const std::string& why) {

@@ -284,9 +284,9 @@ class Supervisor {
   std::vector<std::vector<double>> pipeline_ms_;  // this generation's steps: each pipeline's time
   std::optional<Split> rebalance_;                // the split the next generation takes
   std::vector<double> pipeline_means_ms_;         // over the last window, as last judged
-  // Splits measured on the current pipelines: microbatches -> their slowest pipeline's time. A
-  // split already measured is judged by its measurement, not by the estimate (no oscillation).
-  std::map<std::vector<int>, double> measured_splits_;
+  // Splits measured on the current pipelines: a split already measured is judged by its
+  // measurement, not by the estimate (no oscillation; rebalance.h).
+  RebalanceJudge rebalance_judge_;
   bool stopping_ = false;  // the generation ends for a requested stop, not a re-plan  // injected
                            // faults already matched to a lost node
 };

@@ -52,6 +52,9 @@ class WordCache {
 
   static uint64_t hash(std::string_view word) { return std::hash<std::string_view>{}(word); }
 
+  // Words held now (0 after the cache starts over).
+  size_t size() const { return count_; }
+
  private:
   struct Entry {
     uint64_t hash = 0;

@@ -10,13 +10,16 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "dataprep_util.h"
 
 namespace bw::dataprep {
 namespace {
 using namespace testing;
+namespace fs = std::filesystem;
 
 struct Result {
   int status = -1;
@@ -61,8 +64,13 @@ TEST(DataPrepareCli, PrintsASummaryTableOrJson) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["val"]["documents"].get<int>() + j["train"]["documents"].get<int>(), 300);
   EXPECT_EQ(j["version"], 1);
-  EXPECT_EQ(run("--help").out.find("data"), run("--help").out.find("data"));
-  EXPECT_NE(run("data --help").out.find("prepare"), std::string::npos);
+  // The top-level help lists the subcommand with its description, and `data --help` its verb.
+  const Result help = run("--help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("Training data: text to token shards"), std::string::npos) << help.out;
+  const Result data_help = run("data --help");
+  EXPECT_EQ(data_help.status, 0) << data_help.out;
+  EXPECT_NE(data_help.out.find("prepare"), std::string::npos) << data_help.out;
 }
 
 TEST(DataPrepareCli, BadInputIsOneErrorLineAndExitTwo) {
@@ -123,11 +131,27 @@ int check_whole(const std::string& dir) {
   return whole;
 }
 
+// Whole shards and .tmp files in `dir` now (the folder may not exist yet).
+std::pair<int, int> count_shards(const std::string& dir) {
+  int whole = 0, tmp = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (f.ends_with(".bin.tmp")) ++tmp;
+    if (f.ends_with(".bin")) ++whole;
+  }
+  return {whole, tmp};
+}
+
 TEST(DataPrepareCli, AKilledRunLeavesOnlyWholeShards) {
   const std::string tok = tokenizer_file();
-  const std::string in = corpus_jsonl("kill.jsonl", 30000);  // ~1.9 M tokens, 93 shards
-  for (const int delay_ms : {30, 120, 400}) {
-    const std::string out = fmt::format("{}/kill_{}", scratch(), delay_ms);
+  const std::string in = corpus_jsonl("kill.jsonl", 30000);  // 216 shards of 20 000 tokens
+  // The kill lands while the run is writing: after `after` shards are whole and while the next
+  // one is open as a .tmp (checked before the kill), with the run still going (it dies of the
+  // signal, not of its own exit), and short of the shards a whole run writes (checked after).
+  for (const int after : {1, 30, 70}) {
+    const std::string out = fmt::format("{}/kill_{}", scratch(), after);
+    fs::remove_all(out);  // a fresh folder (repeated runs of the test share the scratch folder)
     const pid_t pid = fork();
     if (pid == 0) {
       const int devnull = open("/dev/null", O_WRONLY);
@@ -137,11 +161,33 @@ TEST(DataPrepareCli, AKilledRunLeavesOnlyWholeShards) {
             out.c_str(), "--shard-tokens", "20000", "--threads", "2", in.c_str(), nullptr);
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    kill(pid, SIGKILL);
+    ASSERT_GT(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::pair<int, int> seen{0, 0};
     int status = 0;
-    waitpid(pid, &status, 0);
-    check_whole(out);
+    bool exited = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      seen = count_shards(out);
+      if (seen.first >= after && seen.second > 0) break;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    if (!exited) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "the run was not killed mid-write: it "
+        << (WIFEXITED(status) ? fmt::format("exited with status {}", WEXITSTATUS(status))
+                              : std::string("was still writing at the deadline"))
+        << " with " << seen.first << " whole shards and " << seen.second << " .tmp";
+    EXPECT_GE(seen.first, after);
+    EXPECT_GE(seen.second, 1) << "no shard was being written when the kill was sent";
+    const int whole = check_whole(out);
+    EXPECT_GE(whole, after);
     // A new run over the debris: --overwrite replaces it and removes the stale .tmp files.
     const Result r =
         run(fmt::format("data prepare --tokenizer {} --out {} --shard-tokens 20000 "
@@ -150,6 +196,11 @@ TEST(DataPrepareCli, AKilledRunLeavesOnlyWholeShards) {
     if (r.status == 2 && r.out.find("already") != std::string::npos) ADD_FAILURE() << r.out;
     ASSERT_EQ(r.status, 0) << r.out;
     for (const auto& f : files_in(out)) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
+    const int total = check_whole(out);
+    EXPECT_LT(whole, total) << "the killed run had already written every shard";
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(total, static_cast<int>(j["train"]["shards"].size() + j["val"]["shards"].size()))
+        << r.out;
   }
 }
 

@@ -27,6 +27,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "../runtime/cli_runner.h"
+#include "../same_training.h"
 #include "core/error.h"
 #include "elastic/store_host.h"
 #include "netns_hosts.h"
@@ -41,7 +42,7 @@ using testing::NsProcess;
 using testing::read_text;
 
 constexpr double kDeadlineS = 90;
-constexpr double kAbsTolerance = 1e-4;  // as recovery_test.cc: far below one update (lr 1e-2)
+constexpr double kLr = 1e-2;  // every run here keeps it to the end: tests/same_training.h
 constexpr int kPort = 29500;            // each namespace has its own ports
 const char* kToken = "multihost-test-token";
 
@@ -158,30 +159,20 @@ void expect_same_run(const std::string& got_dir, const std::string& want_dir, in
                      int first_step = 0) {
   const auto got = read_metrics(got_dir), want = read_metrics(want_dir);
   ASSERT_EQ(got.steps.size(), want.steps.size() - first_step);
+  const auto tol = bw::testing::fp32_same_training(steps, kLr);
   for (size_t i = 0; i < got.steps.size(); ++i) {
     const auto& w = want.steps[i + first_step];
     EXPECT_EQ(got.steps[i].at("step"), w.at("step"));
     EXPECT_EQ(got.steps[i].at("samples"), w.at("samples")) << "step " << i + first_step;
     const double lw = w.at("loss"), lg = got.steps[i].at("loss");
-    EXPECT_NEAR(lg, lw, 1e-5 * std::abs(lw)) << "step " << i + first_step;
+    EXPECT_NEAR(lg, lw, tol.loss_rel * std::abs(lw)) << "step " << i + first_step;
   }
   const auto a = runtime::load_checkpoint(runtime::checkpoint_dir(got_dir, steps));
   const auto b = runtime::load_checkpoint(runtime::checkpoint_dir(want_dir, steps));
-  int bad = 0;
   for (const auto* maps : {&b.weights, &b.optimizer}) {
     const auto& other = maps == &b.weights ? a.weights : a.optimizer;
-    for (const auto& [name, ref] : *maps) {
-      ASSERT_TRUE(other.count(name)) << name << " missing";
-      const auto& t = other.at(name);
-      if (ref.scalar_type() == torch::kInt64) {
-        EXPECT_TRUE(torch::equal(t, ref)) << name;
-        continue;
-      }
-      const auto excess = (t - ref).abs() - (kAbsTolerance + 1e-4 * ref.abs());
-      if (excess.max().item<double>() > 0 && bad++ < 5) {
-        ADD_FAILURE() << name << ": max |diff| " << (t - ref).abs().max().item<double>();
-      }
-    }
+    const auto cmp = bw::testing::compare_state(other, *maps, tol);
+    EXPECT_TRUE(cmp.ok()) << cmp.first;
   }
 }
 

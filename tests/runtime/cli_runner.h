@@ -42,6 +42,14 @@ inline std::string scratch_dir(const std::string& path) {
   return path;
 }
 
+// Whether the tests' oracles (transformers, tokenizers: scripts/requirements-test.txt) must be
+// present: in CI, which sets CI=true and installs them, a test that cannot run its oracle fails;
+// elsewhere it skips with one line (BW_SKIP_WITHOUT_ORACLE).
+inline bool oracle_required() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && *ci != '\0' && std::string(ci) != "0" && std::string(ci) != "false";
+}
+
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -114,3 +122,13 @@ inline CliResult run_cli(const std::vector<std::string>& args, const std::string
 }
 
 }  // namespace bw::testing
+
+// In a test body: fails in CI (the oracle must be installed there), else skips; `why` is streamed.
+#define BW_SKIP_WITHOUT_ORACLE(why)                                                          \
+  do {                                                                                       \
+    if (::bw::testing::oracle_required()) {                                                  \
+      FAIL() << why << " (CI is set: install scripts/requirements-test.txt, as setup.sh does)"; \
+    } else {                                                                                 \
+      GTEST_SKIP() << why;                                                                   \
+    }                                                                                        \
+  } while (0)

@@ -1,11 +1,16 @@
 """transformers as the oracle for breakwater's Hugging Face models (tests/runtime/hf_test.cc).
 
-  hf_oracle.py make DIR FAMILY TIED KV_HEADS SEED [VOCAB] [POSITIONS] [SCALE]
+  hf_oracle.py make DIR FAMILY TIED KV_HEADS SEED [VOCAB] [POSITIONS] [SCALE] [EMBED_SCALE]
+                  [DTYPE]
                                                     random model saved by save_pretrained, plus
                                                     DIR/oracle.safetensors: tokens, logits, loss
                                                     (gpt2: POSITIONS learned positions, 12;
                                                     matrices times SCALE, 1: larger weights give
-                                                    varied greedy output)
+                                                    varied greedy output; the embeddings times
+                                                    EMBED_SCALE, default SCALE; DTYPE float32,
+                                                    bfloat16 or float16: the weights are saved in
+                                                    it, and the oracle's logits are those of the
+                                                    saved weights computed in float32)
   hf_oracle.py run DIR TOKENS OUT                   AutoModelForCausalLM.from_pretrained(DIR):
                                                     logits of TOKENS' "tokens" into OUT; exit 3
                                                     on a missing or unexpected key
@@ -25,7 +30,7 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 
-def make(out, family, tied, kv, seed, vocab, positions, scale):
+def make(out, family, tied, kv, seed, vocab, positions, scale, embed_scale, dtype):
     torch.manual_seed(seed)
     seq = 12
     if family == "gpt2":
@@ -46,10 +51,19 @@ def make(out, family, tied, kv, seed, vocab, positions, scale):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
-            elif scale != 1:
+            elif name.endswith(("embed_tokens.weight", "wte.weight", "wpe.weight")):
+                p.mul_(embed_scale)
+            else:
                 p.mul_(scale)
     model.eval()
-    model.save_pretrained(out)
+    if dtype != "float32":
+        # Saved in the source dtype (config.json's torch_dtype says it); the oracle then runs the
+        # rounded weights in float32, as breakwater reads them.
+        model = model.to(getattr(torch, dtype))
+        model.save_pretrained(out)
+        model = model.float()
+    else:
+        model.save_pretrained(out)
     tokens = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         res = model(tokens, labels=tokens)
@@ -94,7 +108,10 @@ if __name__ == "__main__":
         make(sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]), int(sys.argv[6]),
              int(sys.argv[7]) if len(sys.argv) > 7 else 96,
              int(sys.argv[8]) if len(sys.argv) > 8 else 12,
-             float(sys.argv[9]) if len(sys.argv) > 9 else 1.0)
+             float(sys.argv[9]) if len(sys.argv) > 9 else 1.0,
+             float(sys.argv[10]) if len(sys.argv) > 10 else
+             (float(sys.argv[9]) if len(sys.argv) > 9 else 1.0),
+             sys.argv[11] if len(sys.argv) > 11 else "float32")
     elif sys.argv[1] == "generate":
         generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:

@@ -2,7 +2,10 @@
 // saved by transformers and loaded by breakwater gives the same logits and loss; importing and
 // exporting gives back the stored tensors bitwise; the export loads in transformers with no
 // missing or unexpected key and gives breakwater's logits; bad folders are one ConfigError naming
-// the file and the field. Skipped (one line) when transformers is not importable.
+// the file and the field; bf16 and f16 source weights and GPT-2's legacy names read as the same
+// model; `breakwater export` of a tied GPT-2 in fp32, bf16 and shards loads in transformers, and
+// its bad input is one error line. Skipped (one line) when transformers is not importable, except
+// in CI (CI=true), where that fails.
 #include "runtime/hf.h"
 
 #include <fmt/format.h>
@@ -12,14 +15,18 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "cli_runner.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "data/dataset.h"
 #include "model/hf_config.h"
 #include "runtime/checkpointing.h"
@@ -50,12 +57,14 @@ int oracle(const std::string& args) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-// A transformers model in a fresh folder, or "" (and the test skips) without transformers.
-std::string make_model(const Case& c, int vocab = 96) {
+// A transformers model in a fresh folder, or "" (and the test skips) without transformers. Its
+// weights are stored in `dtype` (float32, bfloat16 or float16); GPT-2 has `positions` of them.
+std::string make_model(const Case& c, int vocab = 96, const std::string& dtype = "float32",
+                       int positions = 12) {
   const fs::path dir = temp_root() / c.name;
   fs::create_directories(dir);
-  const int rc = oracle(fmt::format("make {} {} {} {} 7 {}", dir.string(), c.family, c.tied ? 1 : 0,
-                                    c.kv_heads, vocab));
+  const int rc = oracle(fmt::format("make {} {} {} {} 7 {} {} 1 1 {}", dir.string(), c.family,
+                                    c.tied ? 1 : 0, c.kv_heads, vocab, positions, dtype));
   if (rc == 77) return "";
   EXPECT_EQ(rc, 0) << "oracle failed; see " << (temp_root() / "oracle.log");
   return dir.string();
@@ -85,7 +94,7 @@ class HfModels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HfModels, LogitsAndLossEqualTransformers) {
   const auto dir = make_model(GetParam());
-  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
   const auto config = model::hf_config_from_dir(dir);
   EXPECT_EQ(config.tie_embeddings, GetParam().tied);
   auto want = load_safetensors(dir + "/oracle.safetensors").tensors;
@@ -100,7 +109,7 @@ TEST_P(HfModels, LogitsAndLossEqualTransformers) {
 
 TEST_P(HfModels, ImportThenExportIsBitwiseAndLoadsInTransformers) {
   const auto dir = make_model(GetParam());
-  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
   const auto config = model::hf_config_from_dir(dir);
   const auto weights = read_hf_weights(config);
   const std::string out = (temp_root() / (GetParam().name + "_export")).string();
@@ -139,6 +148,197 @@ INSTANTIATE_TEST_SUITE_P(Families, HfModels,
                                            Case{"llama_untied_gqa", "llama", false, 1}),
                          [](const auto& info) { return info.param.name; });
 
+// Weights stored in bf16 or f16 (config.json's torch_dtype says so) are read as their exact fp32
+// values: the stored tensors have that dtype, each weight read equals its stored value widened,
+// and the logits equal transformers' on the same rounded weights in float32.
+class HfSourceDtypes
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(HfSourceDtypes, WeightsAreReadAsTheirFp32ValuesAndGiveTransformersLogits) {
+  const auto& [family, dtype] = GetParam();
+  const Case c{family + "_" + dtype, family, family == "gpt2", 2};
+  const auto dir = make_model(c, 96, dtype);
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
+  const auto stored = load_safetensors(dir + "/model.safetensors").tensors;
+  const auto want_type = dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat16;
+  for (const auto& [name, t] : stored) {
+    if (t.dim() >= 1) EXPECT_EQ(t.scalar_type(), want_type) << name << " is not stored in " << dtype;
+  }
+  const auto config = model::hf_config_from_dir(dir);
+  const auto weights = read_hf_weights(config);
+  for (const auto& t : model::hf_tensors(config)) {
+    const auto& target = t.targets.front();
+    auto it = stored.find(t.name);
+    if (it == stored.end() && family == "gpt2") it = stored.find(t.name.substr(12));  // legacy
+    ASSERT_NE(it, stored.end()) << t.name;
+    const auto widened = it->second.to(torch::kFloat32);
+    const auto& read = weights.at({target.layer, target.name});
+    EXPECT_TRUE(read.scalar_type() == torch::kFloat32 &&
+                torch::equal(read, t.transposed ? widened.t() : widened))
+        << t.name << " is not its stored " << dtype << " value in fp32";
+  }
+  auto want = load_safetensors(dir + "/oracle.safetensors").tensors;
+  expect_close(forward(config, want.at("tokens")), want.at("logits"), 1e-5, dtype + " logits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HfSourceDtypes,
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
+                                            ::testing::Values("bfloat16", "float16")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+// GPT-2 folders of older transformers store the names without "transformer." and the attention
+// masks "h.N.attn.bias" and "h.N.attn.masked_bias" (buffers, not weights): read as the same model.
+TEST(HfGpt2LegacyNames, ReadAsTheSameWeights) {
+  const auto dir = make_model({"legacy_base", "gpt2", true, 4});
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
+  const auto config = model::hf_config_from_dir(dir);
+  const auto want = read_hf_weights(config);
+  const fs::path legacy = temp_root() / "legacy";
+  fs::remove_all(legacy);
+  fs::copy(dir, legacy, fs::copy_options::recursive);
+  NamedTensors renamed;
+  int prefixed = 0;
+  for (const auto& [name, t] : load_safetensors(dir + "/model.safetensors").tensors) {
+    const bool has_prefix = name.starts_with("transformer.");
+    prefixed += has_prefix;
+    renamed.emplace_back(has_prefix ? name.substr(12) : name, t);
+  }
+  ASSERT_GT(prefixed, 10) << "transformers stored no transformer.* names to rename";
+  const int64_t positions = model::position_rows(config);
+  for (int b = 0; b < config.n_blocks; ++b) {
+    renamed.emplace_back(fmt::format("h.{}.attn.bias", b),
+                         torch::ones({positions, positions}).tril().view({1, 1, positions, positions}));
+    renamed.emplace_back(fmt::format("h.{}.attn.masked_bias", b), torch::tensor(-1e4f));
+  }
+  save_safetensors((legacy / "model.safetensors").string(), renamed, {{"format", "pt"}});
+  auto legacy_config = config;
+  legacy_config.init_from = legacy.string();
+  const auto got = read_hf_weights(legacy_config);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, t] : want) {
+    ASSERT_TRUE(got.count(key)) << key.second;
+    EXPECT_TRUE(torch::equal(got.at(key), t)) << "layer " << key.first << " " << key.second;
+  }
+}
+
+// `breakwater export` of a tied GPT-2 fine-tuned from a transformers folder: the default export
+// (fp32, one file) stores the tied matrix once and loads in transformers with no missing or
+// unexpected key, with logits equal to breakwater's layers built from the export; --dtype bf16
+// stores every tensor as the fp32 export's rounded to bf16 and loads in transformers with the
+// logits of those rounded weights; --shard-gb splits the file into shards of at most that size
+// (a larger tensor alone) with an index, which transformers loads and which reads back as the
+// fp32 export. Bad input to export is exit status 2 and one `error:` line.
+TEST(HfExportCli, TiedGpt2InFp32Bf16AndShardsLoadsInTransformers) {
+  const auto dir = make_model({"export_tied", "gpt2", true, 4}, 256, "float32", 64);
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
+  const std::string corpus = (temp_root() / "export_corpus.txt").string();
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; out.tellp() < 20000; ++i) out << "entry " << i << ": a red kite circles.\n";
+  }
+  const std::string run = (temp_root() / "export_run").string();
+  auto r = bw::testing::run_cli(
+      {"train", "--quiet", "--devices=1", "--model.init_from=" + dir, "--data.path=" + corpus,
+       "--train.steps=1", "--train.sample_tokens=0", "--pipeline.microbatches=2",
+       "--pipeline.microbatch_size=2", "--train.out_dir=" + run},
+      run + ".log", 240);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string ckpt = run + "/checkpoint-000001";
+  const auto tokens = load_safetensors(dir + "/oracle.safetensors").tensors.at("tokens");
+  const auto export_to = [&](const std::string& name, const std::vector<std::string>& extra) {
+    const std::string out = (temp_root() / name).string();
+    std::vector<std::string> args = {"export", "--format", "hf", ckpt, out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto e = bw::testing::run_cli(args, out + ".log", 120);
+    EXPECT_EQ(e.status, 0) << e.output;
+    return out;
+  };
+  // transformers loads `folder` (exit 3 on a missing or unexpected key) and its logits are those
+  // of breakwater's layers built from the same folder.
+  const auto expect_transformers_logits = [&](const std::string& folder, const std::string& what) {
+    const std::string logits_file = folder + "/hf_logits.safetensors";
+    ASSERT_EQ(oracle(fmt::format("run {} {}/oracle.safetensors {}", folder, dir, logits_file)), 0)
+        << what << ": see " << (temp_root() / "oracle.log");
+    expect_close(forward(model::hf_config_from_dir(folder), tokens),
+                 load_safetensors(logits_file).tensors.at("logits"), 1e-5, what + " logits");
+  };
+
+  const auto fp32 = export_to("export_fp32", {});
+  const auto fp32_tensors = load_safetensors(fp32 + "/model.safetensors").tensors;
+  EXPECT_EQ(fp32_tensors.count("lm_head.weight"), 0u) << "a tied matrix is stored once";
+  EXPECT_EQ(fp32_tensors.count("transformer.wte.weight"), 1u);
+  EXPECT_TRUE(json::read_file(fp32 + "/config.json").at("tie_word_embeddings").get<bool>());
+  for (const auto& [name, t] : fp32_tensors) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
+  // The export holds the checkpoint's trained weights, not the folder's initial ones.
+  const auto initial = load_safetensors(dir + "/model.safetensors").tensors;
+  EXPECT_FALSE(torch::equal(fp32_tensors.at("transformer.h.0.mlp.c_fc.weight"),
+                            initial.at("transformer.h.0.mlp.c_fc.weight")));
+  expect_transformers_logits(fp32, "fp32 export");
+
+  const auto bf16 = export_to("export_bf16", {"--dtype", "bf16"});
+  const auto bf16_tensors = load_safetensors(bf16 + "/model.safetensors").tensors;
+  ASSERT_EQ(bf16_tensors.size(), fp32_tensors.size());
+  for (const auto& [name, t] : fp32_tensors) {
+    ASSERT_TRUE(bf16_tensors.count(name)) << name;
+    const auto& b = bf16_tensors.at(name);
+    EXPECT_TRUE(b.scalar_type() == torch::kBFloat16 && torch::equal(b, t.to(torch::kBFloat16)))
+        << name << " is not the fp32 export rounded to bf16";
+  }
+  EXPECT_EQ(json::read_file(bf16 + "/config.json").at("torch_dtype"), "bfloat16");
+  expect_transformers_logits(bf16, "bf16 export");
+
+  const double shard_gb = 20e-6;  // 20 kB: the model's ~150 kB in many files
+  const auto sharded = export_to("export_sharded", {"--shard-gb", fmt::format("{}", shard_gb)});
+  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
+  const auto index = json::read_file(sharded + "/model.safetensors.index.json");
+  std::set<std::string> files;
+  for (const auto& [name, file] : index.at("weight_map").items()) files.insert(file.get<std::string>());
+  EXPECT_GT(files.size(), 5u);
+  std::map<std::string, torch::Tensor> back;
+  for (const auto& file : files) {
+    int64_t bytes = 0;
+    const auto st = load_safetensors(sharded + "/" + file).tensors;
+    for (const auto& [name, t] : st) {
+      EXPECT_EQ(index.at("weight_map").at(name), file) << name;
+      bytes += static_cast<int64_t>(t.nbytes());
+      back[name] = t;
+    }
+    EXPECT_TRUE(bytes <= shard_gb * 1e9 || st.size() == 1)
+        << file << " holds " << bytes << " bytes in " << st.size() << " tensors";
+  }
+  ASSERT_EQ(back.size(), fp32_tensors.size());
+  for (const auto& [name, t] : fp32_tensors) EXPECT_TRUE(torch::equal(back.at(name), t)) << name;
+  expect_transformers_logits(sharded, "sharded export");
+
+  // Bad input: exit status 2 and one `error:` line naming the problem.
+  struct BadCase {
+    std::vector<std::string> args;
+    std::string phrase;
+  };
+  const std::string out = (temp_root() / "export_bad").string();
+  const std::vector<BadCase> bad = {
+      {{"--dtype", "fp16", ckpt, out}, "--dtype 'fp16': choose fp32 or bf16"},
+      {{"--shard-gb", "0", ckpt, out}, "--shard-gb 0 must be in (0, 1024]"},
+      {{"--shard-gb", "2048", ckpt, out}, "--shard-gb 2048 must be in (0, 1024]"},
+      {{"--format", "onnx", ckpt, out}, "--format 'onnx' is not supported; use --format hf"},
+      {{(temp_root() / "no_such_checkpoint").string(), out}, "no_such_checkpoint"},
+      {{corpus, out}, "export_corpus.txt"},
+  };
+  for (const auto& c : bad) {
+    std::vector<std::string> args = {"export"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const auto e = bw::testing::run_cli(args, out + ".log", 60);
+    EXPECT_EQ(e.status, 2) << e.output;
+    EXPECT_EQ(e.output.rfind("error: ", 0), 0u) << e.output;
+    EXPECT_EQ(std::count(e.output.begin(), e.output.end(), '\n'), 1) << e.output;
+    EXPECT_NE(e.output.find(c.phrase), std::string::npos) << "no '" << c.phrase << "' in "
+                                                          << e.output;
+  }
+  EXPECT_FALSE(fs::exists(out)) << "a refused export wrote its folder";
+}
+
 // Copies `dir` to a new folder for one bad-input case.
 std::string copy_of(const std::string& dir, const std::string& name) {
   const fs::path out = temp_root() / name;
@@ -160,7 +360,7 @@ void expect_error(const model::GptConfig& config, const std::vector<std::string>
 
 TEST(HfBadInput, EachIsOneErrorNamingFileAndField) {
   const auto dir = make_model({"bad_base", "llama", false, 2});
-  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
   const auto config = model::hf_config_from_dir(dir);
   auto stored = load_safetensors(dir + "/model.safetensors").tensors;
   auto rewrite = [&](const std::string& name, auto edit) {
@@ -349,7 +549,7 @@ TEST(HfFineTune, TheSampleStartsFromTheModelsDocumentToken) {
 // gradients of a tied model's two copies are summed by the runtime's tied-embedding groups.)
 TEST(HfFineTune, PipelineTrainingThenExportLoadsInTransformers) {
   const auto dir = make_model({"finetune", "llama", false, 2}, 256);
-  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
   const std::string corpus = (temp_root() / "corpus.txt").string();
   {
     std::ofstream out(corpus);
@@ -397,7 +597,7 @@ TEST(HfFineTune, PipelineTrainingThenExportLoadsInTransformers) {
 // starting point only, and the resume loads every weight and moment from the checkpoint.
 TEST(HfFineTune, ResumedFromACheckpointEndsWhereTheUninterruptedRunEnds) {
   const auto dir = make_model({"resume", "llama", true, 2}, 256);
-  if (dir.empty()) GTEST_SKIP() << "transformers is not importable";
+  if (dir.empty()) BW_SKIP_WITHOUT_ORACLE("transformers is not importable by " << BW_PYTHON);
   const std::string corpus = (temp_root() / "resume_corpus.txt").string();
   {
     std::ofstream out(corpus);

@@ -10,6 +10,9 @@
                              llm.c .bin shards of the documents of INPUT (text files: one
                              document each; .jsonl: field "text" of each line), each document
                              after DOC_TOKEN: the reference for `breakwater data prepare`
+    oracle.py encode TOKENIZER DOCS OUT
+                             the ids of each document of DOCS (corpus.bin format) under the
+                             tokenizer.json TOKENIZER, without special tokens, into OUT (ids)
 
 File formats (little-endian): corpus.bin is "BWCORPUS", u32 count, then per document u32 length
 and its bytes; an ids file is u32 count, then per document u32 n and n u32 ids; a text file is
@@ -484,9 +487,30 @@ def shards(tokenizer, out, shard_tokens, val_docs, doc_token, inputs):
                 f.write(header + struct.pack(fmt % len(part), *part))
 
 
+def read_docs(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"BWCORPUS", path
+    (n,) = struct.unpack_from("<I", data, 8)
+    at, docs = 12, []
+    for _ in range(n):
+        (length,) = struct.unpack_from("<I", data, at)
+        docs.append(data[at + 4:at + 4 + length])
+        at += 4 + length
+    return docs
+
+
+def encode(tokenizer, docs_path, out):
+    tok = Tokenizer.from_file(tokenizer)
+    encs = tok.encode_batch(texts(read_docs(docs_path)), add_special_tokens=False)
+    write_ids(out, [e.ids for e in encs])
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "build":
         build(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "encode":
+        encode(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) >= 8 and sys.argv[1] == "shards":
         shards(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]),
                sys.argv[7:])

@@ -3,7 +3,9 @@
 // sequences, combining marks, added and special tokens, invalid UTF-8, every code point), with
 // byte-level BPEs trained by `tokenizers` with GPT-2's and Llama 3's pre-tokenizers. Also the
 // variants (add_prefix_space, ignore_merges off, ids past 65535, merges as "a b" strings), the
-// post-processor's template and decoding. A mismatch prints the first differing documents.
+// post-processor's template and decoding; a Session whose word cache overflows (starts over)
+// several times; and a single word of 4 MB, merged on the heap path. A mismatch prints the first
+// differing documents.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,11 +13,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "oracle_util.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/word_cache.h"
 
 namespace bw::tokenizer {
 namespace {
@@ -140,6 +146,115 @@ TEST(Oracle, DecodeEqualsHuggingFace) {
       }
       EXPECT_EQ(bad, 0u) << kind << ": documents whose decoding differs";
     }
+  }
+}
+
+// `tokenizers`' ids of `docs` under the tokenizer.json `json` (oracle.py encode), through files
+// named after `name` in the oracle's folder.
+std::vector<std::vector<uint32_t>> their_ids(const std::string& json,
+                                             const std::vector<std::string>& docs,
+                                             const std::string& name) {
+  const std::string base = oracle().dir + fmt::format("/{}.{}", name, getpid());
+  testing::write_docs(base + ".docs", docs);
+  const std::string err = testing::run_oracle({"encode", json, base + ".docs", base + ".ids"});
+  EXPECT_EQ(err, "");
+  auto ids = read_ids(base + ".ids");
+  fs::remove(base + ".docs");
+  fs::remove(base + ".ids");
+  return ids;
+}
+
+// A Session keeps its word cache across calls; at WordCache::kMaxEntries words it starts over.
+// Documents of random words, each word one pre-token, with far more distinct words than that
+// (the cache starts over at least 3 times) and words repeated across documents (found in the
+// cache before and after a restart): every document's ids are `tokenizers`' ids.
+TEST(Oracle, SessionWhoseWordCacheOverflowsGivesTheSameIds) {
+  REQUIRE_ORACLE();
+  std::mt19937 rng(2);
+  const auto word = [&] {
+    std::string w = " ";
+    for (int k = 0; k < 7; ++k) w += static_cast<char>('a' + rng() % 26);
+    return w;
+  };
+  std::vector<std::string> docs(8), seen;
+  std::set<std::string> distinct;
+  for (auto& d : docs) {
+    for (size_t w = 0; w < WordCache::kMaxEntries / 2; ++w) {
+      std::string x = !seen.empty() && rng() % 8 == 0 ? seen[rng() % seen.size()] : word();
+      if (seen.size() < 100'000) seen.push_back(x);
+      distinct.insert(x);
+      d += x;
+    }
+  }
+  ASSERT_GT(distinct.size(), 3 * WordCache::kMaxEntries) << "the cache would not overflow";
+  for (const std::string kind : {"gpt2", "llama3"}) {
+    const std::string json = o.dir + "/" + kind + ".json";
+    const Tokenizer tok = Tokenizer::from_file(json);
+    Session session(tok);
+    std::vector<std::vector<uint32_t>> ours;
+    for (const auto& d : docs) {
+      ours.emplace_back();
+      session.encode(d, ours.back());
+    }
+    const std::string diff = compare_ids(ours, their_ids(json, docs, kind + "_cache"), docs, tok);
+    EXPECT_TRUE(diff.empty()) << kind << ":\n" << diff;
+  }
+}
+
+// A random BPE over the letters a-d (merges of random pairs of existing tokens, some repeated)
+// and one word of 4 MB, which Bpe merges on its heap path: the ids are `tokenizers`' ids for the
+// same model with no pre-tokenizer (the whole input is one word there too).
+TEST(Oracle, AWordOfMegabytesMergesAsHuggingFaceDoes) {
+  REQUIRE_ORACLE();
+  std::mt19937 rng(3);
+  BytesToId vocab;
+  std::vector<BpeMerge> merges;
+  std::vector<std::string> strings;
+  nlohmann::json json_vocab = nlohmann::json::object(), json_merges = nlohmann::json::array();
+  for (int i = 0; i < 4; ++i) {
+    strings.push_back(std::string(1, static_cast<char>('a' + i)));
+    vocab[strings.back()] = static_cast<TokenId>(i);
+  }
+  for (int m = 0; m < 300; ++m) {
+    const auto a = static_cast<TokenId>(rng() % strings.size());
+    const auto b = static_cast<TokenId>(rng() % strings.size());
+    const std::string s = strings[a] + strings[b];
+    auto it = vocab.find(s);
+    if (it == vocab.end()) {
+      strings.push_back(s);
+      it = vocab.emplace(s, static_cast<TokenId>(strings.size() - 1)).first;
+    }
+    merges.push_back({a, b, static_cast<uint32_t>(m), it->second});
+    json_merges.push_back({strings[a], strings[b]});
+  }
+  for (size_t i = 0; i < strings.size(); ++i) json_vocab[strings[i]] = i;
+  nlohmann::json j = {{"version", "1.0"},      {"truncation", nullptr}, {"padding", nullptr},
+                      {"added_tokens", nlohmann::json::array()},       {"normalizer", nullptr},
+                      {"pre_tokenizer", nullptr}, {"post_processor", nullptr},
+                      {"decoder", nullptr}};
+  j["model"] = {{"type", "BPE"},          {"dropout", nullptr},
+                {"unk_token", nullptr},     {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
+                {"byte_fallback", false},   {"ignore_merges", false},
+                {"vocab", json_vocab},      {"merges", json_merges}};
+  const std::string json = o.dir + fmt::format("/random_bpe.{}.json", getpid());
+  std::ofstream(json) << j.dump();
+  std::string word(4'000'000, 'a');
+  for (char& c : word) c = static_cast<char>('a' + rng() % 4);
+  const Bpe bpe(vocab, merges, {});
+  WordScratch scratch;
+  std::vector<std::vector<uint32_t>> ours(1);
+  bpe.encode_word(word, scratch, ours[0]);
+  ASSERT_GT(word.size(), Bpe::kLinearMaxSymbols);
+  const auto theirs = their_ids(json, {word}, "random_bpe");
+  fs::remove(json);
+  ASSERT_EQ(theirs.size(), 1u);
+  EXPECT_LT(theirs[0].size(), word.size()) << "merges were applied";
+  if (ours[0] != theirs[0]) {
+    size_t p = 0;
+    while (p < ours[0].size() && p < theirs[0].size() && ours[0][p] == theirs[0][p]) ++p;
+    ADD_FAILURE() << ours[0].size() << " ids here, " << theirs[0].size()
+                  << " from tokenizers; first difference at id " << p;
   }
 }
 

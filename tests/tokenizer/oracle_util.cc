@@ -151,6 +151,17 @@ std::vector<std::string> read_docs(const std::string& path) {
   return docs;
 }
 
+void write_docs(const std::string& path, const std::vector<std::string>& docs) {
+  std::ofstream out(path, std::ios::binary);
+  const auto u32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  out.write("BWCORPUS", 8);
+  u32(static_cast<uint32_t>(docs.size()));
+  for (const auto& d : docs) {
+    u32(static_cast<uint32_t>(d.size()));
+    out.write(d.data(), static_cast<std::streamsize>(d.size()));
+  }
+}
+
 std::vector<std::vector<uint32_t>> read_ids(const std::string& path) {
   const std::string s = slurp(path);
   std::vector<std::vector<uint32_t>> out;

@@ -21,6 +21,8 @@ std::string oracle_dir(std::string* error);
 std::string run_oracle(const std::vector<std::string>& args);
 
 std::vector<std::string> read_docs(const std::string& path);
+// Writes `docs` in the corpus.bin format that read_docs and `oracle.py encode` read.
+void write_docs(const std::string& path, const std::vector<std::string>& docs);
 std::vector<std::vector<uint32_t>> read_ids(const std::string& path);
 
 // "" when equal, else the first mismatches: document, position, our ids and theirs around it,

@@ -1,7 +1,7 @@
 // The tokenizer end to end on small tokenizers built here (test_util.h): decoding inverts
 // encoding on any bytes (after the U+FFFD repair), special tokens are single ids that
 // skip_special_tokens drops, the template adds BOS, batch encoding gives the same ids whatever
-// the thread count, a Session's word cache (kept, and overflowing) changes nothing, and the
+// the thread count, the word cache starts over when full and returns what was inserted, and the
 // document token is found from the template or the added tokens.
 #include "tokenizer/tokenizer.h"
 
@@ -119,18 +119,37 @@ TEST(Tokenizer, BatchIdsDoNotDependOnTheThreadCount) {
   EXPECT_TRUE(tok.encode_batch({}, 4).empty());
 }
 
-TEST(Tokenizer, SessionCacheChangesNothingEvenWhenItOverflows) {
-  const Tokenizer tok = tiny(Style::kGpt2);
-  Session s(tok);
-  std::mt19937 rng(2);
-  for (int round = 0; round < 3; ++round) {
-    std::string text;
-    for (size_t w = 0; w < WordCache::kMaxEntries / 40; ++w)
-      text += " w" + std::to_string(rng() % 2'000'000);
-    std::vector<TokenId> cached;
-    s.encode(text, cached);
-    EXPECT_EQ(cached, tok.encode(text));
+// The cache itself: full at kMaxEntries words, it starts over with the next one, and what it
+// returns is always what was inserted for that word. (A Session whose cache overflows gives
+// `tokenizers`' ids: oracle_test.cc.)
+TEST(WordCache, StartsOverWhenFullAndReturnsWhatWasInserted) {
+  WordCache cache;
+  const auto key = [](size_t i) { return "w" + std::to_string(i); };
+  const auto ids = [](size_t i) {
+    return std::vector<TokenId>{static_cast<TokenId>(i), static_cast<TokenId>(i % 7)};
+  };
+  for (size_t i = 0; i < WordCache::kMaxEntries; ++i) {
+    const std::string k = key(i);
+    cache.insert(k, WordCache::hash(k), ids(i));
   }
+  ASSERT_EQ(cache.size(), WordCache::kMaxEntries);
+  size_t wrong = 0;
+  for (size_t i = 0; i < WordCache::kMaxEntries; i += 97) {
+    const std::string k = key(i);
+    const auto got = cache.find(k, WordCache::hash(k));
+    wrong += std::vector<TokenId>(got.begin(), got.end()) != ids(i);
+  }
+  EXPECT_EQ(wrong, 0u);
+  const std::string next = key(WordCache::kMaxEntries);
+  cache.insert(next, WordCache::hash(next), ids(WordCache::kMaxEntries));
+  EXPECT_EQ(cache.size(), 1u) << "a full cache starts over";
+  EXPECT_TRUE(cache.find(key(0), WordCache::hash(key(0))).empty());
+  const auto got = cache.find(next, WordCache::hash(next));
+  EXPECT_EQ(std::vector<TokenId>(got.begin(), got.end()), ids(WordCache::kMaxEntries));
+  // Words of kMaxWordBytes or more are not kept.
+  const std::string long_word(WordCache::kMaxWordBytes, 'x');
+  cache.insert(long_word, WordCache::hash(long_word), ids(3));
+  EXPECT_EQ(cache.size(), 1u);
 }
 
 TEST(Tokenizer, DescribesItself) {
