@@ -53,8 +53,9 @@ void add_agent(CLI::App& app) {
   cmd->footer(
       "\nThe run token comes from BW_RUN_TOKEN, which must equal the coordinator's; a refused\n"
       "agent exits with status 2. GLOO_SOCKET_IFNAME names the interface Gloo uses (default: the\n"
-      "one that reaches the coordinator). This host needs the run's corpus at data.path (the\n"
-      "same content as the coordinator's, else the agent is refused); nothing is written here.\n"
+      "one that reaches the coordinator). This host needs the run's corpus at data.path, and\n"
+      "a run with model.init_from needs that Hugging Face folder at the same path (the same\n"
+      "content as the coordinator's, else the agent is refused); nothing is written here.\n"
       "Exit status: 0 when the run finished, 3 when the coordinator could not be reached or the\n"
       "run stopped.");
   cmd->callback([cmd, cli] {

@@ -52,7 +52,8 @@ struct GenerateArgs {
 // name), and where a tokenizer may be found.
 struct Source {
   model::GptConfig config;
-  runtime::HfWeights weights;
+  runtime::HfWeights weights;                       // a checkpoint's, or
+  std::shared_ptr<const runtime::HfFolder> folder;  // a Hugging Face folder, mapped
   std::string tokenizer;  // "" = none found
   std::string kind;       // "Hugging Face folder" or "checkpoint step N"
 };
@@ -71,7 +72,7 @@ std::string existing(const fs::path& p) {
 Source load_hf(const std::string& dir) {
   Source s;
   s.config = model::hf_config_from_dir(dir);
-  s.weights = runtime::read_hf_weights(s.config);
+  s.folder = std::make_shared<const runtime::HfFolder>(s.config);
   s.tokenizer = existing(fs::path(dir) / "tokenizer.json");
   s.kind = "Hugging Face folder";
   return s;
@@ -233,13 +234,27 @@ void run_generate(const GenerateArgs& a) {
   {
     torch::NoGradGuard no_grad;
     model::SkipInit skip;  // every parameter is copied from the source
-    for (int l = 0; l < model::num_layers(config); ++l) {
+    const int last = model::num_layers(config) - 1;
+    for (int l = 0; l <= last; ++l) {
       auto layer = model::build_layer(config, l, 0);
-      for (const auto& [name, p] : layer->parameter_list()) p.copy_(src.weights.at({l, name}));
+      for (const auto& [name, p] : layer->parameter_list()) {
+        if (src.folder && config.tie_embeddings && l == last && l > 0 && name == "lm_head.weight") {
+          // The folder stores one matrix for both; nothing trains here, so the head shares the
+          // embedding's memory instead of holding a second copy of it.
+          for (const auto& [first_name, w] : layers.front()->parameter_list()) {
+            if (first_name == "wte.weight") p.set_(w);
+          }
+        } else if (src.folder) {
+          src.folder->copy_into(l, name, p);  // straight from the mapped file
+        } else {
+          p.copy_(src.weights.at({l, name}));
+        }
+      }
       layers.push_back(std::move(layer));
     }
   }
   src.weights.clear();
+  src.folder.reset();
   model::KvCacheModel kv(config, std::move(layers));
 
   model::GenerateOptions o;

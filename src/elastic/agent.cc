@@ -19,7 +19,9 @@
 #include "elastic/net.h"
 #include "elastic/process.h"
 #include "elastic/token.h"
+#include "model/hf_config.h"
 #include "runtime/config.h"
+#include "runtime/hf.h"
 #include "runtime/log.h"
 
 namespace bw::elastic {
@@ -200,6 +202,18 @@ nlohmann::json corpus_report(const runtime::RunConfig& config) {
   }
 }
 
+// What this host's copy of model.init_from holds (HfFolder::content_digest), for the coordinator
+// to compare with its own: {"path", "digest"}, or {"path", "error"} when it cannot be read here.
+nlohmann::json weights_report(const runtime::RunConfig& config) {
+  const std::string& path = config.model.init_from;
+  try {
+    const runtime::HfFolder folder(model::hf_config_from_dir(path));
+    return {{"path", path}, {"digest", folder.content_digest()}};
+  } catch (const ConfigError& e) {
+    return {{"path", path}, {"error", e.what()}};
+  }
+}
+
 int local_agent(const AgentArgs& args);
 int remote_agent(AgentArgs args);
 
@@ -309,14 +323,17 @@ int remote_agent(AgentArgs args) {
         return 0;
       }
       const auto data = corpus_report(config);
+      const auto weights = config.model.init_from.empty() ? nlohmann::json()
+                                                          : weights_report(config);
       index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
-      const auto doc = nlohmann::json{
+      auto doc = nlohmann::json{
           {"name", args.node_name},
           {"host", n.gloo_host},
           {"devices", args.devices},
           {"data", data},
           {"launch_ms", launch_ms},
           {"proof", args.token.empty() ? std::string() : token_proof(args.token, nonce, index)}};
+      if (!weights.is_null()) doc["weights"] = weights;
       const auto text = doc.dump();
       store->set(keys::registration(index), std::vector<uint8_t>(text.begin(), text.end()));
       // Accepted at once before the run starts, or at a step boundary when re-joining.

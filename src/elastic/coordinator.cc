@@ -342,7 +342,7 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
   s.run_data.emplace(runtime::open_run_data(config.data));
   const auto& dataset = s.run_data->dataset;
   s.model = runtime::resolve_run_model(config, *s.run_data);
-  if (!s.model.init_from.empty()) runtime::hf_weights(s.model);  // a bad folder fails here, once
+  if (!s.model.init_from.empty()) runtime::hf_folder(s.model);  // a bad folder fails here, once
   {
     data::Sampler sampler(dataset, s.model.seq_len, static_cast<uint64_t>(config.data.seed));
     sampler.require_global_batch(runtime::global_batch(config.pipeline));
@@ -948,6 +948,10 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     hosts = std::make_unique<RemoteNodes>(store, setup.token, ctx.cluster.num_nodes,
                                           ctx.devices_per_node);
     hosts->require_data(setup.data_path, setup.run_data->dataset.content_digest());
+    if (!setup.model.init_from.empty()) {
+      hosts->require_weights(setup.model.init_from,
+                             runtime::hf_folder(setup.model)->content_digest());
+    }
     if (options.on_listen) options.on_listen(listen.host, store->getPort());
     hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
   } else {

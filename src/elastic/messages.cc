@@ -174,6 +174,15 @@ Registration decode_registration(const std::string& text, const std::string& key
     r.data_digest = string_or_empty(data, "digest", key);
     r.data_error = string_or_empty(data, "error", key);
   }
+  if (doc.contains("weights")) {
+    const Json& weights = doc.at("weights");
+    if (!weights.is_object()) {
+      throw ConfigError(fmt::format("{}: field 'weights' must be an object", where(key)));
+    }
+    r.weights_path = string_or_empty(weights, "path", key);
+    r.weights_digest = string_or_empty(weights, "digest", key);
+    r.weights_error = string_or_empty(weights, "error", key);
+  }
   return r;
 }
 

@@ -76,6 +76,8 @@ struct Registration {
   int devices = 0;
   double launch_ms = 0;
   std::string data_path, data_digest, data_error;  // its corpus (agent.cc, corpus_report)
+  // Its model.init_from folder (agent.cc, weights_report); absent when the run has none.
+  std::string weights_path, weights_digest, weights_error;
 };
 Registration decode_registration(const std::string& text, const std::string& key);
 

@@ -137,6 +137,29 @@ void RemoteNodes::handle(int index, const std::string& json) {
       return;
     }
   }
+  if (!weights_digest_.empty()) {
+    // model.init_from is read on every host (workers build their layers from it locally).
+    const std::string path = reg.weights_path.empty() ? weights_path_ : reg.weights_path;
+    if (!reg.weights_error.empty()) {
+      refuse(index, who,
+             fmt::format("it cannot read the Hugging Face folder at model.init_from '{}' on "
+                         "host '{}': {}; every host needs a copy of the coordinator's folder at "
+                         "that path",
+                         path, name, reg.weights_error));
+      return;
+    }
+    if (reg.weights_digest != weights_digest_) {
+      refuse(index, who,
+             fmt::format("its Hugging Face folder at model.init_from '{}' on host '{}' holds {} "
+                         "but the coordinator's holds {}; every host needs the same folder at "
+                         "model.init_from (copy the coordinator's)",
+                         path, name,
+                         reg.weights_digest.empty() ? std::string("nothing it reported")
+                                                    : reg.weights_digest,
+                         weights_digest_));
+      return;
+    }
+  }
   if (devices != 0 && devices != devices_) {
     refuse(index, who,
            fmt::format("it offers {} device(s) but every node of this run has {} "

@@ -60,6 +60,13 @@ class RemoteNodes final : public Nodes {
     data_path_ = std::move(path);
     data_digest_ = std::move(digest);
   }
+  // Every agent must report a Hugging Face folder at model.init_from with this content
+  // (runtime::HfFolder::content_digest of the coordinator's copy at `path`): the workers build
+  // their layers from their own host's copy. Refused as for the corpus. Unset: no check.
+  void require_weights(std::string path, std::string digest) {
+    weights_path_ = std::move(path);
+    weights_digest_ = std::move(digest);
+  }
 
   const std::string& name(int node) const { return slots_.at(node).name; }
   int refused() const { return refused_; }  // registrations refused so far
@@ -95,6 +102,7 @@ class RemoteNodes final : public Nodes {
   int refused_ = 0;
   bool ended_ = false;
   std::string data_path_, data_digest_;
+  std::string weights_path_, weights_digest_;
 };
 
 }  // namespace bw::elastic

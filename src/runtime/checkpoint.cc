@@ -20,6 +20,7 @@
 #include "core/file_io.h"
 #include "core/json.h"
 #include "runtime/fault_points.h"
+#include "runtime/safetensors_map.h"
 
 namespace bw::runtime {
 namespace fs = std::filesystem;
@@ -95,6 +96,12 @@ std::string safetensors_dtype(torch::ScalarType type) {
     if (d.type == type) return d.name;
   }
   throw ConfigError(fmt::format("dtype {} has no safetensors equivalent", c10::toString(type)));
+}
+
+torch::ScalarType safetensors_scalar_type(const std::string& dtype) {
+  const DtypeInfo* d = find_dtype(dtype);
+  BW_CHECK(d != nullptr, "safetensors dtype '{}' has no scalar type", dtype);
+  return d->type;
 }
 
 namespace {

@@ -9,10 +9,13 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
 #include "model/hf_config.h"
 #include "model/init.h"
+#include "runtime/safetensors_map.h"
 
 namespace bw::runtime {
 namespace {
@@ -38,17 +41,17 @@ std::vector<int64_t> expected_shape(const model::GptConfig& c, int layer, const 
   return {d};  // norms and the remaining biases
 }
 
-struct Source {
-  torch::Tensor tensor;
-  std::string file;
+// A stored tensor: its file and its entry there.
+struct Stored {
+  const MappedSafetensors* file;
+  const SafetensorsSpan* span;
 };
 
-// Every tensor of the folder by its stored name, with the file it came from.
-std::map<std::string, Source> read_folder(const std::string& dir) {
-  std::map<std::string, Source> out;
+// The folder's weight files, mapped, in the order of the index (or model.safetensors alone).
+std::vector<std::unique_ptr<MappedSafetensors>> map_folder(
+    const std::string& dir, std::map<std::string, std::string>& indexed) {
   const std::string index = dir + "/model.safetensors.index.json";
   std::vector<std::string> files;
-  std::map<std::string, std::string> indexed;  // tensor -> file, from the index
   if (fs::exists(index)) {
     const auto doc = json::read_file(index);
     if (!doc.is_object() || !doc.contains("weight_map") || !doc.at("weight_map").is_object()) {
@@ -81,19 +84,32 @@ std::map<std::string, Source> read_folder(const std::string& dir) {
     }
     files.push_back("model.safetensors");
   }
+  std::vector<std::unique_ptr<MappedSafetensors>> out;
   for (const auto& file : files) {
-    const std::string path = dir + "/" + file;
-    auto st = load_safetensors(path);
-    for (auto& [name, t] : st.tensors) {
+    out.push_back(std::make_unique<MappedSafetensors>(dir + "/" + file));
+  }
+  return out;
+}
+
+// Every tensor of the mapped files by its stored name.
+std::map<std::string, Stored> stored_tensors(
+    const std::string& dir, const std::vector<std::unique_ptr<MappedSafetensors>>& files,
+    const std::map<std::string, std::string>& indexed) {
+  const std::string index = dir + "/model.safetensors.index.json";
+  std::map<std::string, Stored> out;
+  for (const auto& f : files) {
+    const std::string file = fs::path(f->path()).filename().string();
+    for (const auto& span : f->layout().spans) {
+      const std::string& name = span.name;
       if (out.count(name)) {
         throw ConfigError(
-            fmt::format("{}: tensor '{}' is also in {}", path, name, out.at(name).file));
+            fmt::format("{}: tensor '{}' is also in {}", f->path(), name, out.at(name).file->path()));
       }
       if (!indexed.empty() && (!indexed.count(name) || indexed.at(name) != file)) {
         throw ConfigError(
-            fmt::format("{}: tensor '{}' is not where {} says it is", path, name, index));
+            fmt::format("{}: tensor '{}' is not where {} says it is", f->path(), name, index));
       }
-      out[name] = {std::move(t), path};
+      out[name] = {f.get(), &span};
     }
   }
   for (const auto& [name, file] : indexed) {
@@ -111,29 +127,35 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-HfWeights read_hf_weights(const model::GptConfig& config) {
-  const std::string& dir = config.init_from;
-  BW_CHECK(!dir.empty(), "read_hf_weights without init_from");
-  auto stored = read_folder(dir);
+HfFolder::HfFolder(const model::GptConfig& config) : dir_(config.init_from) {
+  const std::string& dir = dir_;
+  BW_CHECK(!dir.empty(), "HfFolder without init_from");
+  std::map<std::string, std::string> indexed;  // tensor -> file, from the index
+  files_ = map_folder(dir, indexed);
+  auto stored = stored_tensors(dir, files_, indexed);
+  // A file that records its data's CRC-32C is checked before any layer reads it.
+  for (const auto& f : files_) {
+    if (f->layout().metadata.count(kDataCrcKey)) f->verify();
+  }
   const bool gpt2 = config.family == model::Family::kGpt2;
   // GPT-2 checkpoints of older transformers store names without "transformer." and the
   // non-persistent causal masks; take both as transformers does.
   if (gpt2) {
-    std::map<std::string, Source> renamed;
+    std::map<std::string, Stored> renamed;
     for (auto& [name, src] : stored) {
       const bool mask = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
       if (mask) continue;
       std::string n = name;
       if (!n.starts_with("transformer.") && n != "lm_head.weight") n = "transformer." + n;
       if (renamed.count(n)) {
-        throw ConfigError(fmt::format("{}: tensor '{}' is stored twice ('{}')", src.file, n, name));
+        throw ConfigError(
+            fmt::format("{}: tensor '{}' is stored twice ('{}')", src.file->path(), n, name));
       }
-      renamed[n] = std::move(src);
+      renamed[n] = src;
     }
     stored = std::move(renamed);
   }
   const std::string where = dir + "/config.json";
-  HfWeights out;
   for (const auto& t : model::hf_tensors(config)) {
     auto it = stored.find(t.name);
     if (it == stored.end()) {
@@ -141,35 +163,44 @@ HfWeights read_hf_weights(const model::GptConfig& config) {
           "{}: missing tensor '{}', which {} implies; the folder does not hold this model", dir,
           t.name, where));
     }
-    const Source& src = it->second;
-    const auto type = src.tensor.scalar_type();
-    if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kFloat16) {
+    const Stored& src = it->second;
+    const std::string& dtype = src.span->dtype;
+    if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
       throw ConfigError(
           fmt::format("{}: tensor '{}' has dtype {}; breakwater reads F32, BF16 "
                       "and F16",
-                      src.file, t.name, safetensors_dtype(type)));
+                      src.file->path(), t.name, dtype));
     }
     auto want = expected_shape(config, t.targets.front().layer, t.targets.front().name);
     auto stored_shape = want;
     if (t.transposed) std::swap(stored_shape[0], stored_shape[1]);
-    if (src.tensor.sizes().vec() != stored_shape) {
-      throw ConfigError(fmt::format("{}: tensor '{}' has shape {} but {} implies {}", src.file,
-                                    t.name, shape_str(src.tensor.sizes().vec()), where,
+    if (src.span->shape != stored_shape) {
+      throw ConfigError(fmt::format("{}: tensor '{}' has shape {} but {} implies {}",
+                                    src.file->path(), t.name, shape_str(src.span->shape), where,
                                     shape_str(stored_shape)));
     }
-    auto value = (t.transposed ? src.tensor.t() : src.tensor).to(torch::kFloat32).contiguous();
-    for (const auto& target : t.targets) out[{target.layer, target.name}] = value;
+    for (const auto& target : t.targets) {
+      entries_[{target.layer, target.name}] = {src.file, src.span, t.transposed};
+    }
     stored.erase(it);
   }
   if (config.tie_embeddings) {
     if (auto it = stored.find("lm_head.weight"); it != stored.end()) {
-      const auto& wte = out.at({0, "wte.weight"});
-      if (it->second.tensor.sizes() != wte.sizes() ||
-          !torch::equal(it->second.tensor.to(torch::kFloat32), wte)) {
+      const Entry& wte = entries_.at({0, "wte.weight"});
+      const Stored& head = it->second;
+      bool same = head.span->shape == wte.span->shape;
+      if (same) {
+        torch::NoGradGuard no_grad;
+        same = torch::equal(head.file->view(*head.span).to(torch::kFloat32),
+                            wte.file->view(*wte.span).to(torch::kFloat32));
+        head.file->release(*head.span);
+        wte.file->release(*wte.span);
+      }
+      if (!same) {
         throw ConfigError(
             fmt::format("{}: tensor 'lm_head.weight' differs from the embedding, but {} ties them "
                         "(tie_word_embeddings); set tie_word_embeddings to false",
-                        it->second.file, where));
+                        head.file->path(), where));
       }
       stored.erase(it);
     }
@@ -179,21 +210,62 @@ HfWeights read_hf_weights(const model::GptConfig& config) {
     throw ConfigError(
         fmt::format("{}: unexpected tensor '{}' ({} in all), not part of the {} "
                     "model {} describes",
-                    src.file, name, stored.size(), model::family_name(config.family), where));
+                    src.file->path(), name, stored.size(), model::family_name(config.family),
+                    where));
+  }
+}
+
+HfFolder::~HfFolder() = default;
+
+void HfFolder::copy_into(int layer, const std::string& name, torch::Tensor dst) const {
+  auto it = entries_.find({layer, name});
+  BW_CHECK(it != entries_.end(), "no Hugging Face weight for layer {} {}", layer, name);
+  const Entry& e = it->second;
+  torch::NoGradGuard no_grad;
+  auto src = e.file->view(*e.span);
+  if (e.transposed) src = src.t();
+  BW_CHECK(dst.sizes() == src.sizes(), "layer {} {}: shape {} for a weight of {}", layer, name,
+           shape_str(dst.sizes().vec()), shape_str(src.sizes().vec()));
+  dst.copy_(src);
+  e.file->release(*e.span);
+}
+
+std::string HfFolder::content_digest() const {
+  const std::string config_json = dir_ + "/config.json";
+  const std::string text = io::read_file(config_json, int64_t{64} << 20, "config file");
+  std::string out = fmt::format("config.json CRC-32C {}", crc32c_hex(crc32c(text.data(),
+                                                                              text.size())));
+  for (const auto& f : files_) {
+    const auto d = f->verify();
+    out += fmt::format(", {} {} bytes CRC-32C {}", fs::path(f->path()).filename().string(),
+                       d.bytes, crc32c_hex(d.crc32c));
   }
   return out;
 }
 
-std::shared_ptr<const HfWeights> hf_weights(const model::GptConfig& config) {
+std::shared_ptr<const HfFolder> hf_folder(const model::GptConfig& config) {
   static std::mutex mu;
   static std::string cached_dir;
-  static std::shared_ptr<const HfWeights> cached;
+  static std::shared_ptr<const HfFolder> cached;
   std::lock_guard<std::mutex> lock(mu);
   if (!cached || cached_dir != config.init_from) {
-    cached = std::make_shared<const HfWeights>(read_hf_weights(config));
+    cached.reset();  // unmapped before the next is mapped
+    cached = std::make_shared<const HfFolder>(config);
     cached_dir = config.init_from;
   }
   return cached;
+}
+
+HfWeights read_hf_weights(const model::GptConfig& config) {
+  const HfFolder folder(config);
+  HfWeights out;
+  for (const auto& t : model::hf_tensors(config)) {
+    const auto& first = t.targets.front();
+    auto value = torch::empty(expected_shape(config, first.layer, first.name), torch::kFloat32);
+    folder.copy_into(first.layer, first.name, value);
+    for (const auto& target : t.targets) out[{target.layer, target.name}] = value;
+  }
+  return out;
 }
 
 std::shared_ptr<model::Layer> initial_layer(const model::GptConfig& config, int layer,
@@ -204,13 +276,8 @@ std::shared_ptr<model::Layer> initial_layer(const model::GptConfig& config, int 
     model::SkipInit skip;  // every parameter is copied below
     built = model::build_layer(config, layer, seed);
   }
-  const auto weights = hf_weights(config);
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, p] : built->parameter_list()) {
-    auto it = weights->find({layer, name});
-    BW_CHECK(it != weights->end(), "no Hugging Face weight for layer {} {}", layer, name);
-    p.copy_(it->second);
-  }
+  const auto folder = hf_folder(config);
+  for (const auto& [name, p] : built->parameter_list()) folder->copy_into(layer, name, p);
   return built;
 }
 

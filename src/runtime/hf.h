@@ -4,15 +4,22 @@
 // (AutoModelForCausalLM.from_pretrained). The config.json side and the name map are in
 // model/hf_config.h.
 //
-// Reading checks the whole folder against config.json before any layer uses it: every tensor the
-// model needs is present, no other tensor is (GPT-2's old non-persistent attention masks,
+// Opening a folder (HfFolder) maps its files (runtime/safetensors_map.h) and checks the whole
+// folder against config.json before any layer uses it, from the headers: every tensor the model
+// needs is present, no other tensor is (GPT-2's old non-persistent attention masks,
 // "*.attn.bias" and "*.attn.masked_bias", are the one exception: transformers ignores them too),
 // every shape is what config.json implies, every dtype is F32, BF16 or F16 (converted to fp32,
-// breakwater's master precision), and every file the index names exists. Each failure is one
+// breakwater's master precision), and every file the index names exists; a file that records its
+// data's CRC-32C (breakwater's exports do) is read once to check it. Each failure is one
 // ConfigError naming the file and the tensor or field. A tied model's stored matrix fills both
 // copies (the embedding and the head's); a stored lm_head.weight of a tied model must equal it.
 //
-// Thread-safety: hf_weights caches one folder per process behind a mutex; the rest is pure I/O.
+// Memory: a layer's parameters are copied once, straight from the mapped file (converted and
+// transposed on the way), and the file's pages are dropped from the process after each tensor,
+// so building every layer of a model peaks at about the model's fp32 bytes, not twice that.
+//
+// Thread-safety: an HfFolder is immutable once opened (copy_into may run on several threads);
+// hf_folder caches one folder per process behind a mutex.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -31,10 +39,42 @@ namespace bw::runtime {
 // Every breakwater parameter of the model, by (layer, name), fp32 on the CPU.
 using HfWeights = std::map<std::pair<int, std::string>, torch::Tensor>;
 
-// Reads and checks config.init_from's weights (see the top comment).
+class MappedSafetensors;
+struct SafetensorsSpan;
+
+// config.init_from, opened and checked (see the top comment); no weight is read yet.
+class HfFolder {
+ public:
+  explicit HfFolder(const model::GptConfig& config);
+  ~HfFolder();
+  HfFolder(const HfFolder&) = delete;
+  HfFolder& operator=(const HfFolder&) = delete;
+
+  // Copies the weight of breakwater parameter `name` of layer `layer` into `dst` (its shape,
+  // any floating dtype and device), then drops the file's pages of it from the process.
+  void copy_into(int layer, const std::string& name, torch::Tensor dst) const;
+  // What the folder holds, for comparing copies on different hosts: config.json's and every
+  // weight file's size and CRC-32C (reads every file once, as above; ConfigError when a file's
+  // recorded CRC-32C does not match).
+  std::string content_digest() const;
+
+ private:
+  struct Entry {
+    const MappedSafetensors* file;
+    const SafetensorsSpan* span;
+    bool transposed;
+  };
+  std::string dir_;
+  std::vector<std::unique_ptr<MappedSafetensors>> files_;
+  std::map<std::pair<int, std::string>, Entry> entries_;
+};
+
+// config.init_from, opened once per process and folder (workers build their layers from it; the
+// coordinator opens it to check it before any worker starts).
+std::shared_ptr<const HfFolder> hf_folder(const model::GptConfig& config);
+
+// Every weight of config.init_from, checked and read into fresh fp32 tensors (export, tests).
 HfWeights read_hf_weights(const model::GptConfig& config);
-// The same, read once per process and folder (workers build their layers from it).
-std::shared_ptr<const HfWeights> hf_weights(const model::GptConfig& config);
 
 // model::build_layer, then the weights of config.init_from when it is set: the initial layer.
 std::shared_ptr<model::Layer> initial_layer(const model::GptConfig& config, int layer,

@@ -6,7 +6,8 @@
 // recovery_test.cc. Cases: a 4-host run with f = 1; a host whose link is cut mid-run (detected by
 // heartbeats, recovered with nothing lost, and re-joined once the link is back); agents with a
 // wrong or no run token (refused, exit status 2), the wait for missing agents (a deadline and a
-// message naming them), and the store listening only on the address it was given.
+// message naming them), the store listening only on the address it was given, and hosts whose
+// corpus or model.init_from folder is missing or differs (refused at registration).
 //
 // The cases skip (GTEST_SKIP, with the reason) where namespaces cannot be made: not root, no
 // `ip netns`. Store hosting on loopback only is checked without namespaces.
@@ -31,7 +32,9 @@
 #include "core/error.h"
 #include "elastic/store_host.h"
 #include "netns_hosts.h"
+#include "model/config.h"
 #include "runtime/checkpointing.h"
+#include "runtime/hf.h"
 
 namespace bw::elastic {
 namespace {
@@ -596,6 +599,58 @@ TEST(Data, ADifferentOrMissingCorpusIsRefusedAtRegistration) {
   EXPECT_NE(log.find("refused agent 'host3'"), std::string::npos) << log;
   EXPECT_NE(log.find("cannot read the corpus"), std::string::npos) << log;
   EXPECT_NE(read_text(c.log("agent1")).find("same corpus"), std::string::npos) << c.logs();
+}
+
+// A Hugging Face folder of a tiny Llama (vocabulary 256: the letters corpus) drawn from `seed`.
+std::string hf_folder(const std::string& name, uint64_t seed) {
+  const auto path = (fs::path(dir()) / "hf" / name).string();
+  const auto config = model::resolve_config("llama", "tiny", 0, "", 256);
+  runtime::HfWeights weights;
+  for (int l = 0; l < model::num_layers(config); ++l) {
+    const auto layer = runtime::initial_layer(config, l, seed);
+    for (const auto& [param, value] : layer->parameter_list()) weights[{l, param}] = value.detach();
+  }
+  runtime::write_hf_folder(path, config, weights, {});
+  return path;
+}
+
+// model.init_from is read on every host (workers build their layers from their host's copy): a
+// host whose folder is missing, or differs, is refused at registration (exit status 2) with one
+// error naming the host and the path, before any step.
+TEST(Weights, AMissingOrDifferentInitFromFolderIsRefusedAtRegistration) {
+  SKIP_WITHOUT_NETNS();
+  const auto folder = hf_folder("model", 1);
+  const auto other = hf_folder("other", 2);
+  Cluster c(3, "weights");
+  ASSERT_TRUE(c.hosts.ok());
+  c.start_coordinator(2, 2, {"--expect-names", "host1,host2", "--model.init_from=" + folder},
+                      /*wait_s=*/4);
+  auto& good = c.start_agent(1, kToken);
+  auto& differs = c.start_agent(2, kToken, true, fmt::format("mount --bind {} {}", other, folder));
+  // An empty file system over the folder's parent: the folder does not exist on host 3.
+  const auto parent = fs::path(folder).parent_path().string();
+  auto& missing = c.start_agent(3, kToken, true, "mount -t tmpfs bw-empty " + parent);
+  EXPECT_EQ(differs.wait(30), 2) << c.logs();
+  EXPECT_EQ(missing.wait(30), 2) << c.logs();
+  EXPECT_EQ(c.coordinator->wait(30), 3) << c.logs();
+  EXPECT_GE(good.wait(30), 0);
+  const auto log = read_text(c.log("coordinator"));
+  EXPECT_NE(log.find("refused agent 'host2'"), std::string::npos) << log;
+  EXPECT_NE(log.find("every host needs the same folder at model.init_from"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("refused agent 'host3'"), std::string::npos) << log;
+  EXPECT_EQ(log.find("refused agent 'host1'"), std::string::npos) << log;
+  // The missing host's own output: one error line, naming the host and the path.
+  const auto agent = read_text(c.log("agent2"));
+  std::vector<std::string> errors;
+  std::istringstream lines(agent);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("error:", 0) == 0) errors.push_back(line);
+  }
+  ASSERT_EQ(errors.size(), 1u) << agent;
+  EXPECT_NE(errors[0].find("host 'host3'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("model.init_from '" + folder + "'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("cannot read the Hugging Face folder"), std::string::npos) << errors[0];
 }
 
 // `breakwater launch` over a real sshd: one sshd per host namespace (its own host key, an

@@ -14,6 +14,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "runtime/safetensors_map.h"
 
 namespace bw::runtime {
 namespace {
@@ -135,7 +136,21 @@ TEST(Safetensors, RoundTripsDtypesAndShapes) {
   }
 }
 
-TEST(Safetensors, TruncatedAndCorruptFilesAreConfigErrors) {
+// Both readers run every check: load_safetensors, and the mapped reader (safetensors_map.h) whose
+// constructor checks the header and whose verify() reads the data.
+class SafetensorsReaders : public ::testing::TestWithParam<bool> {
+ protected:
+  void load(const std::string& path) const {
+    if (GetParam()) {
+      MappedSafetensors mapped(path);
+      mapped.verify();
+    } else {
+      load_safetensors(path);
+    }
+  }
+};
+
+TEST_P(SafetensorsReaders, TruncatedAndCorruptFilesAreConfigErrors) {
   std::string path = temp_path("good.safetensors");
   save_safetensors(path, sample_tensors());
   std::string good = read_bytes(path);
@@ -144,18 +159,18 @@ TEST(Safetensors, TruncatedAndCorruptFilesAreConfigErrors) {
   for (size_t cut :
        {size_t{0}, size_t{5}, size_t{8}, size_t{20}, good.size() / 2, good.size() - 1}) {
     write_bytes(bad, good.substr(0, cut));
-    std::string m = error_of([&] { load_safetensors(bad); });
+    std::string m = error_of([&] { load(bad); });
     EXPECT_NE(m.find("bad.safetensors"), std::string::npos) << "cut " << cut << ": " << m;
     EXPECT_NE(m.find("truncated or corrupt"), std::string::npos) << "cut " << cut << ": " << m;
   }
   // A trailing extra byte is a hole at the end.
   write_bytes(bad, good + "x");
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("cover"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("cover"), std::string::npos);
   // A huge header length.
   std::string huge = good;
   huge[7] = '\x7f';
   write_bytes(bad, huge);
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("header length"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("header length"), std::string::npos);
   // Broken JSON, an unknown dtype, and offsets that disagree with the shape.
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i)
@@ -166,16 +181,16 @@ TEST(Safetensors, TruncatedAndCorruptFilesAreConfigErrors) {
   };
   std::string header = good.substr(8, n);
   write_bytes(bad, with_header("{\"a\": "));
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("JSON"), std::string::npos);
   std::string dtype = header;
   dtype.replace(dtype.find("\"F32\""), 5, "\"F99\"");
   write_bytes(bad, with_header(dtype));
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("F99"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("F99"), std::string::npos);
   Json h = Json::parse(header);
   h["idx"]["shape"] = {3, 3};
   write_bytes(bad, with_header(h.dump()));
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("'idx'"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_safetensors(temp_path("missing.safetensors")); }).find("missing"),
+  EXPECT_NE(error_of([&] { load(bad); }).find("'idx'"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(temp_path("missing.safetensors")); }).find("missing"),
             std::string::npos);
   // A shape whose size overflows, and offsets past the file, fail before any allocation.
   auto with_new_header = [&](std::string text) {
@@ -187,20 +202,23 @@ TEST(Safetensors, TruncatedAndCorruptFilesAreConfigErrors) {
   h = Json::parse(header);
   h["idx"]["shape"] = {uint64_t{1} << 62, uint64_t{1} << 62};
   write_bytes(bad, with_new_header(h.dump()));
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("overflows"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("overflows"), std::string::npos);
   h = Json::parse(header);
   h["idx"]["data_offsets"] = {0, uint64_t{1} << 60};
   write_bytes(bad, with_new_header(h.dump()));
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("outside"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("outside"), std::string::npos);
   // A flipped bit in the data is found by the CRC in the header.
   std::string flipped = good;
   flipped.back() ^= 0x01;
   write_bytes(bad, flipped);
-  EXPECT_NE(error_of([&] { load_safetensors(bad); }).find("CRC-32C"), std::string::npos);
+  EXPECT_NE(error_of([&] { load(bad); }).find("CRC-32C"), std::string::npos);
   // Not a regular file.
-  EXPECT_NE(error_of([&] { load_safetensors("/dev/zero"); }).find("character device"),
+  EXPECT_NE(error_of([&] { load("/dev/zero"); }).find("character device"),
             std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Safetensors, SafetensorsReaders, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Mapped" : "Read"; });
 
 TEST(Sidecar, RoundTripsAndRejectsForeignFiles) {
   CheckpointInfo info;
