@@ -54,7 +54,7 @@ void add_stand_in(CLI::App& app, const TorchCommand& c) {
     for (CLI::App* sub : parent->get_subcommands([](CLI::App*) { return true; }))
       if (sub->get_name() == word) found = sub;
     if (found == nullptr) {
-      found = parent->add_subcommand(word, "");
+      found = parent->add_subcommand(word, torch_group_description(word));
       found->require_subcommand(1);
     }
     parent = found;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/registry.h"
+#include "cli/torch_commands.h"
 #include "runtime/checkpointing.h"
 
 namespace bw::cli {
@@ -21,7 +22,7 @@ struct MergeArgs {
 
 void add_merge(CLI::App& app) {
   auto args = std::make_shared<MergeArgs>();
-  CLI::App* cmd = app.add_subcommand("checkpoint", "Checkpoint tools (merge)");
+  CLI::App* cmd = app.add_subcommand("checkpoint", torch_group_description("checkpoint"));
   cmd->require_subcommand(1);
   CLI::App* merge = cmd->add_subcommand(
       "merge", "Write a sharded checkpoint as one model and one optimizer safetensors file");

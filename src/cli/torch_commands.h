@@ -31,4 +31,10 @@ std::span<const TorchCommand> torch_commands();
 // The row whose path is the leading words of argv[1..argc), or nullptr.
 const TorchCommand* find_torch_command(int argc, char** argv);
 
+// The description of a group that only LibTorch commands live in ("checkpoint"), the same in
+// both executables' --help; "" for others.
+inline const char* torch_group_description(std::string_view group) {
+  return group == "checkpoint" ? "Checkpoint tools (merge)" : "";
+}
+
 }  // namespace bw::cli
