@@ -67,18 +67,18 @@ class DirectorySink final : public CheckpointSink {
     job.parameters = snapshot(parameters, params_buf_);
     job.optimizer_state = snapshot(optimizer_state, optim_buf_);
     const double snap = ms_since(t1);
-    stats_.saves += 1;
-    stats_.waited_ms += waited;
-    stats_.snapshot_ms += snap;
-    if (!opt_.async) {
-      write(job);
-    } else {
+    if (!opt_.async) write(job);
+    const double blocked = ms_since(t0);
+    {
+      // stats_ is shared with the background thread (write) and stats(): updated under mu_.
       std::lock_guard<std::mutex> lock(mu_);
-      job_ = std::move(job);
+      stats_.saves += 1;
+      stats_.waited_ms += waited;
+      stats_.snapshot_ms += snap;
+      stats_.blocked_ms += blocked;
+      if (opt_.async) job_ = std::move(job);
     }
     cv_.notify_all();
-    const double blocked = ms_since(t0);
-    stats_.blocked_ms += blocked;
     return blocked;
   }
 
