@@ -383,6 +383,14 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
     }
   }
   check_faults(s);
+  if (const int pipelines = static_cast<int>(s.run.layout.pipelines.size());
+      config.checkpoint.replicas > pipelines - 1) {
+    throw ConfigError(fmt::format(
+        "checkpoint.replicas = {} needs {} pipelines (each copy of a layer is written by another "
+        "pipeline, on other nodes), and the plan has {}; lower checkpoint.replicas to {} or run "
+        "more nodes",
+        config.checkpoint.replicas, config.checkpoint.replicas + 1, pipelines, pipelines - 1));
+  }
   s.notes = s.run.notes;
   if (config.elastic.rebalance && s.run.layout.pipelines.size() < 2) {
     s.notes.push_back(
@@ -813,7 +821,17 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
     report.step(std::move(s));
   };
   sup.on_event = [&report](const Event& e) { report.event(e); };
-  sup.on_plan = [&report](const RunPlan& p) { report.plan(p); };
+  sup.on_plan = [&report, &config](const RunPlan& p) {
+    report.plan(p);
+    const int pipelines = static_cast<int>(p.layout.pipelines.size());
+    if (config.checkpoint.replicas > pipelines - 1) {
+      runtime::log(runtime::LogLevel::kWarn,
+                   "generation {} has {} pipeline(s): its checkpoints hold {} cop{} of each layer, "
+                   "not the {} of checkpoint.replicas = {}, until nodes re-join",
+                   p.layout.generation, pipelines, pipelines, pipelines == 1 ? "y" : "ies",
+                   config.checkpoint.replicas + 1, config.checkpoint.replicas);
+    }
+  };
   sup.on_checkpoint = [&report, &config, &sup, store, via_store](
                           int steps_done, int shards, const RunPlan& p, const std::string& prefix) {
     const auto root = runtime::checkpoint_root(config);

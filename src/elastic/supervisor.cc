@@ -160,6 +160,10 @@ void Supervisor::detect() {
     if (!exists(*store_, key)) return false;
     const auto report = decode_exit_report(get_string(*store_, key), key);
     const int worker = report.worker, status = report.status;
+    if (status == 0 && phase_ == Phase::kSave) {
+      ended_cleanly(node);
+      return true;
+    }
     if (status == 1 || status == 2) {
       fail_run(worker, status);
       return true;
@@ -177,6 +181,10 @@ void Supervisor::detect() {
     if (!node_states_[node].live) continue;
     if (check_report(node)) {
       if (phase_ == Phase::kDone) return;
+      continue;
+    }
+    if (status == 0 && phase_ == Phase::kSave) {
+      ended_cleanly(node);
       continue;
     }
     node_lost(node, fmt::format("its agent exited with status {}", status), 0);
@@ -284,6 +292,16 @@ void Supervisor::fail_run(int worker, int status) {
   outcome_.message = message;
   outcome_.config_error = config;
   phase_ = Phase::kDone;
+}
+
+// After the shutdown that asks for the stop's checkpoint, a worker exits 0 only once its shards
+// are durable and acknowledged (it drains before it exits), so such an exit is the end of its
+// part, not a loss; one that exits 0 without writing shows as the save's deadline.
+void Supervisor::ended_cleanly(int node) {
+  auto& st = node_states_[node];
+  st.live = false;
+  st.joining = false;
+  joiners_.erase(node);
 }
 
 void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {

@@ -208,6 +208,7 @@ class Supervisor {
   // Starts node's agent; its heartbeat counters (which outlive a restart) are read as the
   // baseline first, so only a beat of the new process counts as its first.
   void start_node(int node, int incarnation);
+  void ended_cleanly(int node);  // a clean exit during the stop save (supervisor.cc)
   void node_lost(int node, const std::string& cause, double fail_ms);
   void fail_run(int worker, int status);
   void poll_run();

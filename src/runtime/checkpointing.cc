@@ -2,6 +2,7 @@
 
 #include <fcntl.h>  // AT_FDCWD
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "runtime/fault_points.h"
+#include "runtime/log.h"
 #include "runtime/resume_check.h"
 
 namespace bw::runtime {
@@ -312,6 +314,26 @@ void fill_tied_copies(LoadedCheckpoint& ckpt, const std::string& sidecar) {
   }
 }
 
+// The layer of a checkpoint tensor, "layers.{i}.{param}[...]"; ConfigError for another name.
+int layer_of_tensor(const std::string& name) {
+  int layer = -1;
+  size_t used = 0;
+  if (name.rfind("layers.", 0) == 0) {
+    try {
+      layer = std::stoi(name.substr(7), &used);
+    } catch (const std::exception&) {
+      layer = -1;
+    }
+  }
+  if (layer < 0 || name.size() <= 7 + used || name[7 + used] != '.') {
+    throw ConfigError(fmt::format(
+        "checkpoint tensor '{}' is not named layers.{{i}}.{{parameter}}; the file was not "
+        "written by breakwater",
+        name));
+  }
+  return layer;
+}
+
 }  // namespace
 
 CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir) {
@@ -352,28 +374,55 @@ LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
     out.weights = load(out.info.weights);
     out.optimizer = load(out.info.optimizer);
   } else {
-    // A sharded checkpoint (version 3): every shard's files, each tensor in exactly one shard.
-    std::map<std::string, int> seen;
+    // A sharded checkpoint (version 3). A layer may be in several shards (checkpoint.replicas):
+    // each layer is read from the first shard, in the manifest's order, whose files are whole
+    // and hold it. A missing or damaged shard is passed over while every one of its layers is
+    // in another, and said so; a layer no whole shard holds is an error naming every copy tried.
+    std::set<int> loaded;
+    std::map<int, std::vector<std::string>> tried;  // layer -> why each copy of it failed
+    std::vector<std::string> passed_over;           // the damaged shards, for the warning
     for (const auto& sh : out.info.shards) {
-      for (auto* part : {&sh.model, &sh.optimizer}) {
-        auto& into = part == &sh.model ? out.weights : out.optimizer;
-        std::map<std::string, torch::Tensor> tensors;
-        try {
-          tensors = load(*part);
-        } catch (const ConfigError& e) {
-          throw ConfigError(fmt::format("{} (shard {} of the manifest, written on host {})",
-                                        e.what(), sh.shard, sh.host));
-        }
-        for (auto& [name, t] : tensors) {
-          if (auto [it, fresh] = seen.emplace(name, sh.shard); !fresh) {
+      std::set<int> wanted;
+      for (int l : sh.layers) {
+        if (!loaded.count(l)) wanted.insert(l);
+      }
+      if (wanted.empty()) continue;  // a replica of layers already read
+      std::map<std::string, torch::Tensor> weights, optimizer;
+      try {
+        weights = load(sh.model);
+        optimizer = load(sh.optimizer);
+      } catch (const ConfigError& e) {
+        const auto why = fmt::format("shard {} (written on host {}): {}", sh.shard, sh.host, e.what());
+        for (int l : wanted) tried[l].push_back(why);
+        passed_over.push_back(why);
+        continue;
+      }
+      for (auto* part : {&weights, &optimizer}) {
+        auto& into = part == &weights ? out.weights : out.optimizer;
+        for (auto& [name, t] : *part) {
+          const int l = layer_of_tensor(name);
+          if (std::find(sh.layers.begin(), sh.layers.end(), l) == sh.layers.end()) {
             throw ConfigError(fmt::format(
-                "checkpoint '{}': tensor '{}' is in shards {} and {}; the manifest was edited or "
-                "damaged, resume from another checkpoint",
-                sidecar, name, it->second, sh.shard));
+                "checkpoint '{}': shard {} holds tensor '{}', of a layer its manifest entry does "
+                "not list; the manifest was edited or damaged, resume from another checkpoint",
+                sidecar, sh.shard, name));
           }
-          into.emplace(name, std::move(t));
+          if (wanted.count(l)) into.emplace(name, std::move(t));
         }
       }
+      loaded.insert(wanted.begin(), wanted.end());
+    }
+    for (const auto& [l, why] : tried) {
+      if (!loaded.count(l)) {
+        throw ConfigError(fmt::format(
+            "checkpoint '{}': no whole copy of layer {} ({} tried: {}); resume from another "
+            "checkpoint",
+            sidecar, l, why.size(), fmt::join(why, "; ")));
+      }
+    }
+    for (const auto& why : passed_over) {
+      log(LogLevel::kWarn, "checkpoint '{}': {}; its layers were read from their replicas", sidecar,
+          why);
     }
   }
   fill_tied_copies(out, sidecar);

@@ -217,6 +217,9 @@ std::vector<Section> build_schema() {
              "writes its shard there: in a multi-host run, a filesystem every host sees)"),
         make("keep", &R::checkpoint, &CheckpointConfig::keep,
              "committed checkpoints kept, newest first; 0 = all"),
+        make("replicas", &R::checkpoint, &CheckpointConfig::replicas,
+             "extra copies of every layer in each checkpoint, each written by a worker of another "
+             "pipeline (another node) from the state it holds; at most the pipelines minus one"),
         make("async", &R::checkpoint, &CheckpointConfig::async,
              "snapshot the state at the step boundary and write it in the background (false: "
              "write before the next step)")}},

@@ -124,6 +124,10 @@ struct CheckpointConfig {
   // shard there, so in a multi-host run it must be a filesystem every host sees.
   std::string dir;
   int keep = 0;       // committed checkpoints kept, newest first; 0 = all
+  // Extra copies of every layer, each written by a worker of another pipeline (so on another
+  // node) from the state it already holds: no bytes cross the network. At most the number of
+  // pipelines minus one.
+  int replicas = 0;
   bool async = true;  // snapshot at the step boundary, write in the background
   bool operator==(const CheckpointConfig&) const = default;
 };

@@ -136,6 +136,17 @@ int RunLayout::rank_of_layer(int pipeline, int layer) const {
   BW_CHECK(false, "layer {} not held by pipeline {}", layer, pipeline);
 }
 
+std::vector<int> RunLayout::checkpoint_writers(int layer, int replicas) const {
+  std::vector<int> whole, sharded;
+  for (int p = 0; p < static_cast<int>(pipelines.size()); ++p) {
+    const int r = rank_of_layer(p, layer);
+    (width_of(r) == 1 ? whole : sharded).push_back(r);
+  }
+  whole.insert(whole.end(), sharded.begin(), sharded.end());
+  whole.resize(std::min(whole.size(), static_cast<size_t>(std::max(replicas, 0)) + 1));
+  return whole;
+}
+
 std::vector<int> RunLayout::replicas(int layer) const {
   std::vector<int> out;
   for (int p = 0; p < static_cast<int>(pipelines.size()); ++p) {

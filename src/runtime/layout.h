@@ -85,6 +85,12 @@ struct RunLayout {
   int rank_of_layer(int pipeline, int layer) const;
   // The replicas of `layer`: one rank per pipeline (member 0 of each stage), ascending.
   std::vector<int> replicas(int layer) const;
+  // The ranks that write `layer` into a checkpoint kept in 1 + `replicas` copies: one rank in
+  // each of the first 1 + replicas pipelines (all of them when there are fewer), taking first
+  // the pipelines that hold the layer whole (a stage of one rank), then those that hold it
+  // sharded (member 0 of the stage, which gathers it), each group in pipeline order. Pipelines
+  // never share a node, so the copies are on different nodes.
+  std::vector<int> checkpoint_writers(int layer, int replicas) const;
 };
 
 // A gradient bucket: consecutive layers [first_layer, end_layer) with the same replica set.

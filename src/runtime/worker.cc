@@ -67,26 +67,18 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
       std::make_unique<StageShards>(layout_, rank, state_, segmented,
                                     static_cast<uint64_t>(config.model.seed), stage_group_.get());
   for (const auto& [l, layer] : shards_->compute_layers()) layers[l] = layer;
-  // Writers of segmented layers: the lowest rank holding the layer whole, else member 0 of the
-  // stage of the first pipeline (which gathers it with its stage).
-  for (int l = 0; l < layout_.num_layers; ++l) {
-    if (!layout_.segmented(l)) continue;
-    int writer = -1;
-    for (int r : layout_.replicas(l)) {
-      if (layout_.width_of(r) == 1) {
-        writer = r;
-        break;
-      }
-    }
-    const int first = layout_.rank_of_layer(0, l);
-    if (writer < 0) {
-      writer = first;
-      const auto stage = layout_.stage_ranks(first);
-      if (std::find(stage.begin(), stage.end(), rank) != stage.end()) {
+  // The layers this rank writes into checkpoints (RunLayout::checkpoint_writers): held whole,
+  // or segmented and gathered by its stage, whose member 0 writes them. A sharded stage gathers
+  // a segmented layer together when one of its members writes it.
+  for (int l : layout_.layers_of(rank)) {
+    const auto stage = layout_.stage_ranks(rank);
+    for (int writer : layout_.checkpoint_writers(l, config_.checkpoint.replicas)) {
+      if (writer == rank) owned_.push_back(l);
+      if (layout_.segmented(l) && layout_.width_of(writer) > 1 &&
+          std::find(stage.begin(), stage.end(), writer) != stage.end()) {
         segmented_gathered_.push_back(l);
       }
     }
-    if (writer == rank) segmented_owned_.push_back(l);
   }
   // Only the ranks holding the first or the last chunk read data.
   const int last_chunk = pl.schedule.num_chunks - 1;
@@ -316,18 +308,7 @@ std::vector<std::unique_ptr<Transport>> Worker::release_transports() {
   return out;
 }
 
-std::vector<int> Worker::owned_layers() const {
-  std::vector<int> out;
-  for (int l : layout_.layers_of(rank_)) {
-    if (layout_.segmented(l)) {
-      if (std::find(segmented_owned_.begin(), segmented_owned_.end(), l) != segmented_owned_.end())
-        out.push_back(l);
-    } else if (layout_.replicas(l).front() == rank_) {
-      out.push_back(l);
-    }
-  }
-  return out;
-}
+std::vector<int> Worker::owned_layers() const { return owned_; }
 
 // Appends the segmented layers' full tensors, assembled by `full` (a collective over the stage
 // for layers the stage gathers), where this rank writes them.
@@ -337,7 +318,7 @@ void Worker::append_segmented(NamedTensors& out, NamedTensors (StageShards::*ful
   };
   for (int l : layout_.layers_of(rank_)) {
     if (!layout_.segmented(l)) continue;
-    const bool mine = has(segmented_owned_, l);
+    const bool mine = has(owned_, l);
     if (!mine && !has(segmented_gathered_, l)) continue;
     auto tensors = ((*shards_).*full)(l);
     if (mine) out.insert(out.end(), tensors.begin(), tensors.end());

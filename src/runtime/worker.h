@@ -94,9 +94,9 @@ class Worker {
   ModelState& state() { return state_; }
   Transport* world() { return world_.get(); }
 
-  // Layers whose checkpoint tensors this rank writes: those where it is the lowest rank of the
-  // replica set; for a segmented layer, the lowest rank holding it whole, else member 0 of the
-  // first pipeline's stage.
+  // Layers whose checkpoint tensors this rank writes (RunLayout::checkpoint_writers with
+  // checkpoint.replicas): with no replicas, each layer once, by the lowest rank holding it whole,
+  // else by member 0 of the first pipeline's stage.
   std::vector<int> owned_layers() const;
   // Full tensors of the owned layers. Collective over sharded stages: every rank calls it.
   NamedTensors owned_parameters();
@@ -128,7 +128,7 @@ class Worker {
   std::unique_ptr<Transport> world_;
   std::unique_ptr<Transport> stage_group_;  // the ranks of this rank's stage, when more than one
   std::unique_ptr<StageShards> shards_;     // this rank's segmented layers
-  std::vector<int> segmented_owned_;        // segmented layers whose writer this rank is
+  std::vector<int> owned_;  // layers this rank writes into checkpoints, ascending
   std::vector<int> segmented_gathered_;     // sharded stage: segmented layers it gathers for one
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<GradSync> sync_;

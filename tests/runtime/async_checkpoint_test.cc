@@ -229,5 +229,76 @@ TEST(AsyncCheckpoint, KeepRetainsTheNewestAndMergeWritesOneFile) {
   EXPECT_NE(bad.log.find("checkpoint.dir"), std::string::npos) << bad.log;
 }
 
+// checkpoint.replicas = 1 on a [1,2] plan: every layer is written twice, by workers of both
+// pipelines (which never share a node), from the state each holds; training is unchanged. A
+// checkpoint whose shard 0 is gone loads from the replicas (and says so), and a resume from it
+// ends bitwise where the run ends; with a layer's every copy damaged, the resume is refused,
+// naming both; more replicas than the other pipelines can write is refused at the start.
+TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
+  const std::vector<std::string> plan = {"--devices=3", "--pipeline.pipelines=[1,2]",
+                                         "--pipeline.schedule=1f1b",
+                                         "--pipeline.fault_tolerance=1",
+                                         "--train.checkpoint_every=2"};
+  constexpr int kSteps = 4;
+  const auto single = train("replicas_none", kSteps, plan);
+  ASSERT_EQ(single.status, 0) << single.log;
+  auto with_replicas = plan;
+  with_replicas.push_back("--checkpoint.replicas=1");
+  const auto run = train("replicas_one", kSteps, with_replicas);
+  ASSERT_EQ(run.status, 0) << run.log;
+  expect_bitwise_equal(checkpoint_dir(run.out_dir, kSteps), checkpoint_dir(single.out_dir, kSteps));
+
+  // Ranks 0 (pipeline 0) and 1, 2 (pipeline 1): each layer in shard 0 and in shard 1 or 2.
+  const auto ckpt = checkpoint_dir(run.out_dir, 2);
+  const auto info = read_checkpoint_info(ckpt);
+  std::map<int, std::vector<int>> copies;  // layer -> shards
+  for (const auto& sh : info.shards) {
+    for (int l : sh.layers) copies[l].push_back(sh.shard);
+  }
+  ASSERT_FALSE(copies.empty());
+  for (const auto& [l, shards] : copies) {
+    ASSERT_EQ(shards.size(), 2u) << "layer " << l;
+    EXPECT_EQ(shards[0], 0) << "layer " << l;
+    EXPECT_GE(shards[1], 1) << "layer " << l << " has both copies in one pipeline";
+  }
+
+  // Shard 0 lost: its layers come from pipeline 1's shards, bitwise.
+  fs::remove(fs::path(ckpt) / shard_file(0, "model"));
+  const auto resumed = train("replicas_resumed", kSteps, [&] {
+    auto a = plan;
+    a.push_back("--train.resume=" + ckpt);
+    return a;
+  }());
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  EXPECT_NE(resumed.log.find("shard 0"), std::string::npos) << resumed.log;
+  EXPECT_NE(resumed.log.find("read from their replicas"), std::string::npos) << resumed.log;
+  expect_bitwise_equal(checkpoint_dir(resumed.out_dir, kSteps), checkpoint_dir(run.out_dir, kSteps));
+
+  // Every copy of some layer damaged: refused, exit 2, naming each copy tried.
+  const auto second = info.shards.at(1);
+  {
+    std::fstream f(fs::path(ckpt) / second.model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  const auto refused = train("replicas_refused", kSteps, [&] {
+    auto a = plan;
+    a.push_back("--train.resume=" + ckpt);
+    return a;
+  }());
+  EXPECT_EQ(refused.status, 2) << refused.log;
+  EXPECT_NE(refused.log.find("no whole copy of layer"), std::string::npos) << refused.log;
+  EXPECT_NE(refused.log.find("shard 0"), std::string::npos) << refused.log;
+  EXPECT_NE(refused.log.find(fmt::format("shard {}", second.shard)), std::string::npos)
+      << refused.log;
+
+  // Two replicas need three pipelines.
+  auto too_many = plan;
+  too_many.push_back("--checkpoint.replicas=2");
+  const auto bad = train("replicas_too_many", kSteps, too_many);
+  EXPECT_EQ(bad.status, 2) << bad.log;
+  EXPECT_NE(bad.log.find("checkpoint.replicas = 2 needs 3 pipelines"), std::string::npos) << bad.log;
+}
+
 }  // namespace
 }  // namespace bw::runtime
