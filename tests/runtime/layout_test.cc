@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -54,24 +55,25 @@ TEST(SplitMicrobatches, ProportionalWithinOneAndAtLeastOne) {
 }
 
 RunLayout make_layout(const std::vector<int>& devices, const std::string& kind, int num_layers,
-                      int waves = 1) {
+                      int waves = 1, const std::vector<std::vector<int>>& widths = {}) {
   RunLayout layout;
   layout.num_layers = num_layers;
   layout.vocab_size = 256;
   layout.microbatch_size = 2;
   int rank = 0, mb = 0;
-  for (int d : devices) {
+  for (size_t p = 0; p < devices.size(); ++p) {
+    const int d = devices[p];
     schedule::ScheduleSpec spec{kind, d, 4, 2, waves};
     PipelineLayout pl;
     pl.first_rank = rank;
     pl.num_devices = d;
-    pl.widths.assign(d, 1);
+    pl.widths = p < widths.size() ? widths[p] : std::vector<int>(d, 1);
     pl.first_microbatch = mb;
     pl.num_microbatches = 4;
     pl.schedule = schedule::lower(schedule::generate(spec));
     pl.chunk_layers = split_layers(num_layers, pl.schedule.num_chunks);
     layout.pipelines.push_back(pl);
-    rank += d;
+    for (int w : pl.widths) rank += w;
     mb += 4;
   }
   layout.total_microbatches = mb;
@@ -116,6 +118,54 @@ TEST(GradientBuckets, MatchBruteForceReplicaSets) {
     }
   }
   EXPECT_GE(checked, 15) << "too few layouts were built to mean anything";
+}
+
+// Brute force from layers_of alone: a layer's holders per pipeline; its checkpoint writers are
+// one per pipeline, min(R + 1, pipelines) of them, pipelines holding it whole before those that
+// shard it (whose lowest rank writes), each group in pipeline order.
+TEST(CheckpointWriters, OnePerPipelineWholeHoldersFirst) {
+  struct Case {
+    std::vector<int> devices;
+    std::vector<std::vector<int>> widths;
+  };
+  const std::vector<Case> cases = {{{2}, {}},
+                                   {{2, 2}, {}},
+                                   {{1, 3}, {}},
+                                   {{2, 2, 1}, {{2, 1}, {1, 1}, {1}}},
+                                   {{2, 2}, {{2, 2}, {1, 2}}},
+                                   {{1, 2}, {{2}, {1, 1}}}};
+  int checked = 0;
+  for (const auto& c : cases) {
+    const auto layout = make_layout(c.devices, "1f1b", 8, 1, c.widths);
+    const int pipelines = static_cast<int>(c.devices.size());
+    for (int l = 0; l < layout.num_layers; ++l) {
+      std::vector<std::vector<int>> holders(pipelines);
+      for (int r = 0; r < layout.world_size(); ++r) {
+        const auto mine = layout.layers_of(r);
+        if (std::find(mine.begin(), mine.end(), l) != mine.end())
+          holders[layout.locate(r).first].push_back(r);
+      }
+      std::vector<int> order;  // pipelines: whole holders first, then sharded
+      for (int whole = 1; whole >= 0; --whole) {
+        for (int p = 0; p < pipelines; ++p) {
+          if ((holders[p].size() == 1) == (whole == 1)) order.push_back(p);
+        }
+      }
+      for (int replicas = 0; replicas <= 3; ++replicas) {
+        std::vector<int> want;
+        for (size_t i = 0; i < order.size() && static_cast<int>(i) <= replicas; ++i) {
+          want.push_back(*std::min_element(holders[order[i]].begin(), holders[order[i]].end()));
+        }
+        EXPECT_EQ(layout.checkpoint_writers(l, replicas), want)
+            << "layer " << l << ", replicas " << replicas << ", pipelines " << pipelines;
+        ++checked;
+      }
+      if (!layout.segmented(l)) {
+        EXPECT_EQ(layout.checkpoint_writers(l, 0), std::vector<int>{layout.replicas(l).front()});
+      }
+    }
+  }
+  EXPECT_GE(checked, 150);
 }
 
 TEST(RunLayoutJson, RoundTripsExactly) {
