@@ -738,7 +738,7 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     }
     if (g_signals > 0 && step + 1 < steps) {
       write_checkpoint(step + 1);
-      commit(sink->drain(drain_deadline));  // durable before the exit status
+      runtime::drain_all(*sink, drain_deadline, commit);  // durable before the exit status
       const auto sidecar = report.summary.checkpoint;
       throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
                                     sidecar, resume_hint(sidecar)));
@@ -766,7 +766,7 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     report.step(std::move(s));
     if (worker.traced(step)) report.traced().back().ranks.push_back(worker.take_trace(step));
   }
-  commit(sink->drain(drain_deadline));  // the final checkpoint is durable before the run ends
+  runtime::drain_all(*sink, drain_deadline, commit);  // the final checkpoint is durable before the run ends
   report.write_trace(true);
 }
 

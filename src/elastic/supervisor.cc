@@ -291,6 +291,15 @@ void Supervisor::fail_run(int worker, int status) {
   outcome_.kind = Outcome::kFailed;
   outcome_.message = message;
   outcome_.config_error = config;
+  if (opt_.async_checkpoints) {
+    // Checkpoints whose every shard was acknowledged are committed before the run ends (one
+    // that fills the disk must not cost the one before it); the rest are dropped.
+    try {
+      settle_checkpoints(true);
+    } catch (const std::exception& e) {
+      runtime::log(runtime::LogLevel::kWarn, "while the run ended: {}", e.what());
+    }
+  }
   phase_ = Phase::kDone;
 }
 

@@ -217,7 +217,10 @@ void acknowledge(Context& cx, const std::vector<runtime::DurableShard>& durable)
 // Waits until every shard this worker handed over is durable, and says so (before it reports
 // anything the coordinator would take for the end of the generation).
 void drain_checkpoints(Context& cx) {
-  if (cx.sink) acknowledge(cx, cx.sink->drain(cx.timeout));
+  if (cx.sink) {
+    runtime::drain_all(*cx.sink, cx.timeout,
+                       [&](std::vector<runtime::DurableShard> d) { acknowledge(cx, d); });
+  }
 }
 
 // This rank's shard of a checkpoint of `steps` steps: handed to the sink (written where the

@@ -84,7 +84,7 @@ class DirectorySink final : public CheckpointSink {
 
   std::vector<DurableShard> take_durable() override {
     std::lock_guard<std::mutex> lock(mu_);
-    rethrow_locked();
+    if (done_.empty()) rethrow_locked();  // what was durable before a failure goes out first
     std::vector<DurableShard> out;
     out.swap(done_);
     return out;
@@ -152,10 +152,17 @@ class DirectorySink final : public CheckpointSink {
         {"format", "breakwater"},
         {"step", std::to_string(job.steps_done)},
         {"shard", std::to_string(job.files.shard)}};
-    d.digests[job.files.model] =
-        save_safetensors((staging / job.files.model).string(), job.parameters, meta, true);
-    d.digests[job.files.optimizer] = save_safetensors((staging / job.files.optimizer).string(),
-                                                      job.optimizer_state, meta, true);
+    try {
+      d.digests[job.files.model] =
+          save_safetensors((staging / job.files.model).string(), job.parameters, meta, true);
+      d.digests[job.files.optimizer] = save_safetensors((staging / job.files.optimizer).string(),
+                                                        job.optimizer_state, meta, true);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format(
+          "{} (on host {}); the checkpoints committed before it are whole: free space there or "
+          "choose another checkpoint.dir, then resume from the newest",
+          e.what(), opt_.host));
+    }
     for (const auto& [name, digest] : d.digests) d.bytes += digest.bytes;
     d.write_ms = ms_since(t0);
     std::lock_guard<std::mutex> lock(mu_);

@@ -18,7 +18,9 @@
 //   take_durable() hands over the records of shards that became durable; drain() waits for
 //            the one in flight.
 // A write that fails (a full disk, an unwritable directory) is rethrown as a ConfigError naming
-// the file by the next save(), take_durable() or drain(); its `.tmp` file is removed. With
+// the file by the next save(), or by the next take_durable() or drain() that has no durable
+// record left to hand over: the shards that became durable before it are never lost to it
+// (drain_all() hands them over, then throws); its `.tmp` file is removed. With
 // async = false the write happens inside save() (the old, blocking cost, for comparison).
 //
 // Thread-safety: one thread (the worker's) calls save, take_durable and drain; the background
@@ -73,11 +75,21 @@ class CheckpointSink {
                       const NamedTensors& optimizer_state) = 0;
   // Shards that became durable since the last call, oldest first.
   virtual std::vector<DurableShard> take_durable() = 0;
-  // Waits until every shard handed over is durable, then returns take_durable(); CommError
-  // (a lost peer would look the same) if that takes longer than `deadline`.
+  // Waits until every shard handed over is durable (or its write failed), then returns
+  // take_durable(); CommError (a lost peer would look the same) if that takes longer than
+  // `deadline`.
   virtual std::vector<DurableShard> drain(std::chrono::milliseconds deadline) = 0;
   virtual SinkStats stats() const = 0;
 };
+
+// Drains `sink`, handing every durable record to `handle` (oldest first), then throws the
+// failure of a write when one failed.
+template <typename Handle>
+void drain_all(CheckpointSink& sink, std::chrono::milliseconds deadline, Handle&& handle) {
+  for (auto durable = sink.drain(deadline); !durable.empty(); durable = sink.drain(deadline)) {
+    handle(std::move(durable));
+  }
+}
 
 struct DirectorySinkOptions {
   bool async = true;

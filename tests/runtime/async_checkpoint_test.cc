@@ -8,10 +8,12 @@
 // `checkpoint merge` and an unwritable checkpoint.dir.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -298,6 +300,49 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
   const auto bad = train("replicas_too_many", kSteps, too_many);
   EXPECT_EQ(bad.status, 2) << bad.log;
   EXPECT_NE(bad.log.find("checkpoint.replicas = 2 needs 3 pipelines"), std::string::npos) << bad.log;
+}
+
+// A full disk: checkpoint.dir is a tmpfs of 800 KiB (in a private mount namespace) and each
+// checkpoint of this run takes about 530 KB, so the second one cannot be written. The run ends
+// with one error naming the directory, exit 2; the first checkpoint stays the newest committed
+// one and loads whole, and nothing of the second was published.
+TEST(AsyncCheckpoint, AFullDiskEndsTheRunWithTheLastCheckpointWhole) {
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "skipped: `unshare -m` (a private mount namespace) is not permitted here";
+  }
+  const auto base = fs::path(work_dir()) / "full_disk";
+  fs::create_directories(base);
+  const auto disk = (base / "disk").string(), kept = (base / "kept").string();
+  fs::create_directories(disk);
+  std::vector<std::string> args = {
+      BW_BINARY, "train", "--model.name=tiny", "--data.path=" + corpus(), "--train.steps=4",
+      "--train.warmup_steps=2", "--train.sample_tokens=0", "--pipeline.microbatches=4",
+      "--pipeline.microbatch_size=2", "--devices=2", "--pipeline.pipelines=[2]",
+      "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0", "--train.checkpoint_every=1",
+      "--train.out_dir=" + (base / "out").string(), "--checkpoint.dir=" + disk, "--quiet"};
+  std::string train_cmd;
+  for (const auto& a : args) train_cmd += " '" + a + "'";
+  // The tmpfs vanishes with the namespace: its content is copied out before the shell exits.
+  const auto log = (base / "run.log").string(), script = (base / "run.sh").string();
+  std::ofstream(script) << fmt::format(
+      "mount -t tmpfs -o size=800k tmpfs '{}' || exit 99\n{} > '{}' 2>&1\nrc=$?\n"
+      "cp -a '{}' '{}'\nexit $rc\n",
+      disk, train_cmd, log, disk, kept);
+  const int rc =
+      std::system(fmt::format("timeout {} unshare -m sh '{}'", static_cast<int>(kDeadlineS), script)
+                      .c_str());
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(rc)) << output;
+  ASSERT_NE(WEXITSTATUS(rc), 99) << "the tmpfs could not be mounted";
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << output;
+  EXPECT_NE(output.find(disk), std::string::npos) << "the error does not name the directory: "
+                                                 << output;
+  int newest = -1;
+  const auto sidecar = latest_checkpoint(kept, &newest);
+  ASSERT_EQ(newest, 1) << output;
+  EXPECT_NO_THROW(load_checkpoint(sidecar));
+  EXPECT_FALSE(fs::exists(checkpoint_dir(kept, 2))) << "a checkpoint that did not fit was published";
 }
 
 }  // namespace

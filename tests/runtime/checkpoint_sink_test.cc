@@ -158,6 +158,25 @@ TEST(CheckpointSink, AFailedWriteIsOneConfigErrorNamingTheDirectoryAndHost) {
   EXPECT_NE(e.find("checkpoint.dir"), std::string::npos) << e;
 }
 
+// A shard that became durable before a later write failed is handed over first, then the
+// failure: a full disk at checkpoint k must not cost checkpoint k-1.
+TEST(CheckpointSink, ADurableShardIsHandedOverBeforeALaterFailure) {
+  const auto root = scratch("durable_then_failed");
+  std::ofstream(root + "/file") << "x";
+  auto sink = make_directory_sink({true, "host-3", milliseconds(0)});
+  sink->save(checkpoint_dir(root, 1), 1, 0, {0}, params(0, 1), optim(0, 1));
+  // The second save waits for the first (one in flight), whose record stays for take_durable.
+  sink->save(root + "/file/checkpoint-000002", 2, 0, {0}, params(0, 2), optim(0, 2));
+  std::vector<int64_t> handed;
+  const auto e = error_of([&] {
+    drain_all(*sink, milliseconds(10000), [&](std::vector<DurableShard> d) {
+      for (const auto& s : d) handed.push_back(s.steps_done);
+    });
+  });
+  EXPECT_EQ(handed, std::vector<int64_t>{1});
+  EXPECT_NE(e.find("host-3"), std::string::npos) << e;
+}
+
 TEST(ShardedCheckpoint, ManifestLoadsBackEveryShardAndMergesToOneFile) {
   const auto root = scratch("manifest");
   const auto sidecar = save_and_commit(checkpoint_dir(root, 5), 5.0f, 5);
