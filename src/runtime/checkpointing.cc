@@ -6,9 +6,15 @@
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -431,9 +437,71 @@ LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
 
 std::string shard_file(int shard, const char* kind) { return shard_name(shard, kind); }
 
+namespace {
+
+// Test hook (tests/runtime/checkpoint_commit_fault_test.cc): BW_KILL_AT_COMMIT=<phase>:<steps>
+// makes the process SIGKILL itself while it commits the checkpoint of <steps> steps: `before`
+// anything is written, `during` the manifest's write (its temporary file written and fsynced,
+// not yet renamed), or `after` the publication (before anything else, retention included).
+enum class KillPhase { kBefore, kDuring, kAfter };
+struct KillAtCommit {
+  KillPhase phase;
+  int64_t steps;
+};
+
+std::optional<KillAtCommit> kill_at_commit_from_env() {
+  const char* v = std::getenv("BW_KILL_AT_COMMIT");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  const std::string s = v;
+  const auto colon = s.find(':');
+  const std::string phase = s.substr(0, colon);
+  const char* steps = colon == s.npos ? "" : v + colon + 1;
+  char* end = nullptr;
+  const long long n = std::strtoll(steps, &end, 10);
+  const std::map<std::string, KillPhase> phases = {
+      {"before", KillPhase::kBefore}, {"during", KillPhase::kDuring}, {"after", KillPhase::kAfter}};
+  if (phases.count(phase) == 0 || !std::isdigit(static_cast<unsigned char>(*steps)) ||
+      *end != '\0') {
+    throw ConfigError(fmt::format(
+        "BW_KILL_AT_COMMIT='{}' is not <phase>:<steps> with phase before, during or after and "
+        "steps a step count (e.g. during:2); it is a test hook, unset it",
+        s));
+  }
+  return KillAtCommit{phases.at(phase), n};
+}
+
+// Set while this thread writes a manifest that BW_KILL_AT_COMMIT=during:<steps> names.
+thread_local bool t_kill_in_manifest = false;
+
+// `during` ends the process at the manifest's "file:synced" fault point. The hook is installed
+// here, before main, because set_fault_hook must not race a checkpoint write (fault_points.h):
+// a single-process run's sink may be writing a shard while the coordinator commits. A
+// malformed value installs nothing; commit_checkpoint reports it.
+const bool kKillHookInstalled = [] {
+  try {
+    const auto kill = kill_at_commit_from_env();
+    if (!kill || kill->phase != KillPhase::kDuring) return false;
+  } catch (const ConfigError&) {
+    return false;
+  }
+  auto previous = std::make_shared<FaultHook>();
+  *previous = set_fault_hook([previous](const char* point) {
+    if (*previous) (*previous)(point);
+    if (t_kill_in_manifest && std::strcmp(point, "file:synced") == 0) std::raise(SIGKILL);
+  });
+  return true;
+}();
+
+}  // namespace
+
 std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
   const fs::path staging = staging_dir(dir);
   BW_CHECK(!info.shards.empty(), "commit_checkpoint of {} without shards", dir);
+  const auto kill = kill_at_commit_from_env();
+  auto kill_here = [&](KillPhase phase) {
+    return kill && kill->phase == phase && kill->steps == info.step;
+  };
+  if (kill_here(KillPhase::kBefore)) std::raise(SIGKILL);
   for (const auto& sh : info.shards) {
     for (const auto& f : {sh.model, sh.optimizer}) {
       auto it = info.files.find(f);
@@ -450,9 +518,15 @@ std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
     }
   }
   fault_point("commit:checked");
+  if (kill_here(KillPhase::kDuring) && !kKillHookInstalled) {
+    throw ConfigError("BW_KILL_AT_COMMIT=during:<steps> works only when set at process start");
+  }
+  t_kill_in_manifest = kill_here(KillPhase::kDuring);  // only ever true under the test hook
   write_sidecar((staging / kSidecar).string(), info);
+  t_kill_in_manifest = false;
   fault_point("commit:manifest");
   publish(staging, dir);
+  if (kill_here(KillPhase::kAfter)) std::raise(SIGKILL);
   const fs::path parent = fs::path(dir).parent_path().empty() ? fs::path(".")
                                                               : fs::path(dir).parent_path();
   remove_earlier_partials(parent, info.step);
