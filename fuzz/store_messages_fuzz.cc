@@ -1,5 +1,6 @@
-// Every store message an agent or a worker sends and the coordinator reads (elastic/messages.h):
-// the input's first byte picks the message, the rest is its value.
+// Every store message an agent or a worker sends and the coordinator reads, and those the
+// coordinator sends the workers (elastic/messages.h: decision, start, next, each read back after
+// encoding): the input's first byte picks the message, the rest is its value.
 #include <cstdlib>
 
 #include "elastic/messages.h"
@@ -10,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value = bw::fuzz::text(data + 1, size - 1);
   using namespace bw::elastic;
   BW_FUZZ_EXPECT_CONFIG_ERRORS({
-    switch (data[0] % 8) {
+    switch (data[0] % 11) {
       case 0:
         (void)decode_exit_report(value, "node/0/exit/0");
         break;
@@ -49,6 +50,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (bw::runtime::rank_trace_from_json(bw::runtime::to_json(t), "again").spans != t.spans) {
           std::abort();
         }
+        break;
+      }
+      // The coordinator's messages: what decodes encodes back to itself.
+      case 8: {
+        const auto d = decode_decision(value, "g0/decision/0");
+        if (decode_decision(encode_decision(d), "again") != d) std::abort();
+        break;
+      }
+      case 9: {
+        const auto s = decode_start(value, "g0/start");
+        for (const auto& c : s.copies) {
+          if (c.range && c.range->second < c.range->first) std::abort();
+        }
+        if (decode_start(encode_start(s), "again") != s) std::abort();
+        break;
+      }
+      case 10: {
+        const auto n = decode_next(value, "g0/next");
+        if (decode_next(encode_next(n), "again") != n) std::abort();
         break;
       }
     }

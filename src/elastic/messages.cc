@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include "core/error.h"
@@ -184,6 +185,126 @@ Registration decode_registration(const std::string& text, const std::string& key
     r.weights_error = string_or_empty(weights, "error", key);
   }
   return r;
+}
+
+std::string encode_decision(Decision decision) {
+  switch (decision) {
+    case Decision::kCommit:
+      return "commit";
+    case Decision::kSkip:
+      return "skip";
+    case Decision::kLast:
+      return "last";
+    case Decision::kAbort:
+      return "abort";
+  }
+  return "abort";
+}
+
+Decision decode_decision(const std::string& text, const std::string& key) {
+  for (auto d : {Decision::kCommit, Decision::kSkip, Decision::kLast, Decision::kAbort}) {
+    if (text == encode_decision(d)) return d;
+  }
+  throw ConfigError(fmt::format("{}: '{}' is not a decision (commit, skip, last or abort)",
+                                where(key), text.substr(0, 40)));
+}
+
+std::string encode_start(const Start& start) {
+  Json copies = Json::array();
+  for (const auto& c : start.copies) {
+    Json entry = {c.layer, c.from, c.to};
+    if (c.range) {
+      entry.push_back(c.range->first);
+      entry.push_back(c.range->second);
+    }
+    copies.push_back(std::move(entry));
+  }
+  return Json{{"first_step", start.first_step},
+              {"skipped_steps", start.skipped_steps},
+              {"resume", start.resume},
+              {"copies", std::move(copies)}}
+      .dump();
+}
+
+Start decode_start(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  Start s;
+  s.first_step = int_field(doc, "first_step", key);
+  s.skipped_steps = doc.contains("skipped_steps") ? int_field(doc, "skipped_steps", key) : 0;
+  s.resume = string_or_empty(doc, "resume", key);
+  for (const auto& c : array_field(doc, "copies", key)) {
+    if (!c.is_array() || (c.size() != 3 && c.size() != 5)) {
+      throw ConfigError(fmt::format(
+          "{}: a copy must be [layer, from, to] or [layer, from, to, begin, end], got {}",
+          where(key), c.dump().substr(0, 80)));
+    }
+    LayerMove m;
+    m.layer = static_cast<int>(element(c[0], key, "layer", 0, kMaxInt));
+    m.from = static_cast<int>(element(c[1], key, "worker", 0, kMaxInt));
+    m.to = static_cast<int>(element(c[2], key, "worker", 0, kMaxInt));
+    if (c.size() == 5) {
+      const int64_t begin = element(c[3], key, "begin", 0, std::numeric_limits<int64_t>::max());
+      const int64_t end = element(c[4], key, "end", begin, std::numeric_limits<int64_t>::max());
+      m.range.emplace(begin, end);
+    }
+    s.copies.push_back(m);
+  }
+  return s;
+}
+
+std::string encode_next(const Next& next) {
+  if (!next.shutdown) return Json{{"kind", "generation"}, {"generation", next.generation}}.dump();
+  Json doc = {{"kind", "shutdown"}};
+  if (next.save) {
+    Json shards = Json::object();
+    for (const auto& [worker, shard] : next.save->shards) {
+      shards[std::to_string(worker)] = {{"shard", shard.first}, {"layers", shard.second}};
+    }
+    doc["save"] = {{"dir", next.save->dir}, {"shards", std::move(shards)}};
+  }
+  return doc.dump();
+}
+
+Next decode_next(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  const std::string kind = json::get_string(doc, "kind", where(key));
+  Next n;
+  if (kind == "generation") {
+    n.generation = int_field(doc, "generation", key);
+    return n;
+  }
+  if (kind != "shutdown") {
+    throw ConfigError(fmt::format("{}: kind '{}' is not generation or shutdown", where(key),
+                                  kind.substr(0, 40)));
+  }
+  n.shutdown = true;
+  if (!doc.contains("save")) return n;
+  const Json& save = doc.at("save");
+  if (!save.is_object()) {
+    throw ConfigError(fmt::format("{}: field 'save' must be an object", where(key)));
+  }
+  StopSave s;
+  s.dir = json::get_string(save, "dir", where(key));
+  const auto it = save.find("shards");
+  if (it == save.end() || !it->is_object()) {
+    throw ConfigError(fmt::format("{}: field 'save.shards' must be an object", where(key)));
+  }
+  for (const auto& [name, entry] : it->items()) {
+    int worker = -1;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), worker);
+    if (ec != std::errc() || end != name.data() + name.size() || worker < 0 || !entry.is_object()) {
+      throw ConfigError(fmt::format("{}: save.shards entry '{}' is not a worker's shard",
+                                    where(key), name.substr(0, 40)));
+    }
+    const int shard = int_field(entry, "shard", key);
+    std::vector<int> layers;
+    for (const auto& l : array_field(entry, "layers", key)) {
+      layers.push_back(static_cast<int>(element(l, key, "layer", 0, kMaxInt)));
+    }
+    s.shards[worker] = {shard, std::move(layers)};
+  }
+  n.save = std::move(s);
+  return n;
 }
 
 }  // namespace bw::elastic

@@ -1,4 +1,5 @@
-// The store messages agents and workers send and the coordinator reads (keys.h names the keys),
+// The store messages agents and workers send and the coordinator reads, and those the coordinator
+// sends the workers (decision, start, next: each with its encoder), keys.h naming the keys,
 // decoded in one place. Each decoder takes the raw value and the key it came from, checks every
 // field's presence, type and range, and throws ConfigError naming the key and the field when the
 // message is not one (a peer of another build, or not a peer at all): never a JSON library
@@ -80,5 +81,49 @@ struct Registration {
   std::string weights_path, weights_digest, weights_error;
 };
 Registration decode_registration(const std::string& text, const std::string& key);
+
+// --- From the coordinator to the workers -------------------------------------------------------
+
+// keys::decision (coordinator): what every worker does with step k of a generation; workers
+// apply a step only on this message. Text: "commit" | "skip" (not finite: no update anywhere) |
+// "last" (commit, then the generation ends) | "abort" (no update; the generation ends).
+enum class Decision { kCommit, kSkip, kLast, kAbort };
+std::string encode_decision(Decision decision);
+Decision decode_decision(const std::string& text, const std::string& key);
+
+// A layer's state moving between workers when a generation forms: worker `from` sends the flat
+// values [begin, end) of `layer` to worker `to`; no range = the whole layer.
+struct LayerMove {
+  int layer = 0, from = 0, to = 0;
+  std::optional<std::pair<int64_t, int64_t>> range;
+  bool operator==(const LayerMove&) const = default;
+};
+
+// keys::start (coordinator): how a generation starts.
+struct Start {
+  int first_step = 0;
+  int skipped_steps = 0;  // so far in the run (train.nonfinite = "skip")
+  std::string resume;     // the checkpoint the generation loads, "" = none
+  std::vector<LayerMove> copies;
+  bool operator==(const Start&) const = default;
+};
+std::string encode_start(const Start& start);
+Start decode_start(const std::string& text, const std::string& key);
+
+// keys::next (coordinator): what follows a generation that ended: the next generation, or the
+// end of the run, with the stop save's shards (per writing worker: its shard and layers).
+struct StopSave {
+  std::string dir;
+  std::map<int, std::pair<int, std::vector<int>>> shards;  // worker -> (shard, layers)
+  bool operator==(const StopSave&) const = default;
+};
+struct Next {
+  bool shutdown = false;
+  int generation = 0;             // the next generation (when not shutdown)
+  std::optional<StopSave> save;   // shutdown with a stop save
+  bool operator==(const Next&) const = default;
+};
+std::string encode_next(const Next& next);
+Next decode_next(const std::string& text, const std::string& key);
 
 }  // namespace bw::elastic

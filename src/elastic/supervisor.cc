@@ -128,16 +128,16 @@ void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<C
   run_ = run;
   g_ = run.layout.generation;
   nlohmann::json layout = {{"layout", runtime::to_json(run.layout)}, {"workers", run.workers}};
-  nlohmann::json start = {{"first_step", first_step},
-                          {"skipped_steps", skips_.total},
-                          // Until a step is decided no worker has loaded train.resume for
-                          // sure (a failure may come while generation 0 forms): load it again.
-                          {"resume", first_step == opt_.first_step ? opt_.resume : std::string()},
-                          {"copies", nlohmann::json::array()}};
+  Start start;
+  start.first_step = first_step;
+  start.skipped_steps = static_cast<int>(skips_.total);
+  // Until a step is decided no worker has loaded train.resume for sure (a failure may come
+  // while generation 0 forms): load it again.
+  start.resume = first_step == opt_.first_step ? opt_.resume : std::string();
   for (const auto& [layer, from, to, begin, end] : copies)
-    start["copies"].push_back({layer, from, to, begin, end});
+    start.copies.push_back({layer, from, to, std::make_pair(begin, end)});
   set_string(*store_, keys::layout(g_), layout.dump());
-  set_string(*store_, keys::start(g_), start.dump());
+  set_string(*store_, keys::start(g_), encode_start(start));
   gen_committed_any_ = false;
   pipeline_ms_.clear();
   left_since_ms_ = 0;
@@ -375,7 +375,7 @@ void Supervisor::start_recovery(const std::string& kind, double fail_ms, std::ve
 
 void Supervisor::begin_quiesce() {
   if (!exists(*store_, keys::decision(g_, committed_))) {
-    set_string(*store_, keys::decision(g_, committed_), "abort");
+    set_string(*store_, keys::decision(g_, committed_), encode_decision(Decision::kAbort));
   }
   set_string(*store_, keys::abort(g_), "1");
   phase_ = Phase::kQuiesce;
@@ -473,9 +473,9 @@ void Supervisor::poll_run() {
     const StepVerdict verdict = judge_step(train, loss, norm, skips_);  // nonfinite.h
     if (verdict == StepVerdict::kStop) {
       // Never commit a non-finite update: the step is aborted, so no weights turn NaN.
-      set_string(*store_, keys::decision(g_, committed_), "abort");
+      set_string(*store_, keys::decision(g_, committed_), encode_decision(Decision::kAbort));
       set_string(*store_, keys::abort(g_), "1");
-      set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+      set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));
       outcome_.kind = Outcome::kFailed;
       outcome_.config_error = true;
       outcome_.message = divergence_message(train, committed_, loss, norm, before,
@@ -491,7 +491,8 @@ void Supervisor::poll_run() {
     std::optional<Split> rebalance;
     if (!skip && !last_step && !halt && joiners_.empty()) rebalance = judge_rebalance(rec);
     const bool join = (!joiners_.empty() || halt || rebalance) && !last_step && !skip;
-    set_string(*store_, keys::decision(g_, committed_), skip ? "skip" : join ? "last" : "commit");
+    set_string(*store_, keys::decision(g_, committed_),
+               encode_decision(skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit));
     rec.skipped = skip;
     rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;
@@ -757,8 +758,7 @@ void Supervisor::replan() {
   const int old_g = g_;
   const int first_step = committed_;
   publish(next_run, first_step, copies);
-  set_string(*store_, keys::next(old_g),
-             nlohmann::json{{"kind", "generation"}, {"generation", g_}}.dump());
+  set_string(*store_, keys::next(old_g), encode_next({.generation = g_}));
   if (recovery_) {
     recovery_->published_ms = clock_.now_ms();
     pending_ = recovery_;
@@ -829,7 +829,7 @@ void Supervisor::stop(const std::string& why) {
                                        fmt::join(failed_, ","), committed_, why);
   if (opt_.async_checkpoints && pending_checkpoints_.count(committed_) > 0) {
     // A periodic checkpoint of this very step is being written: it is the stop's checkpoint.
-    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));
     save_is_pending_ = true;
     phase_ = Phase::kSave;
     save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
@@ -837,17 +837,14 @@ void Supervisor::stop(const std::string& why) {
     save_dir_ = runtime::checkpoint_dir(runtime::checkpoint_root(ctx_.config), committed_);
     std::error_code ec;
     fs::remove_all(runtime::staging_dir(save_dir_), ec);
-    nlohmann::json shards = nlohmann::json::object();
+    StopSave save{save_dir_, {}};
     int index = 0;
     save_writers_.clear();
     for (const auto& [w, layers] : by_writer) {
-      shards[std::to_string(w)] = {{"shard", index++}, {"layers", layers}};
+      save.shards[w] = {index++, std::vector<int>(layers.begin(), layers.end())};
       save_writers_.push_back(w);
     }
-    set_string(
-        *store_, keys::next(g_),
-        nlohmann::json{{"kind", "shutdown"}, {"save", {{"dir", save_dir_}, {"shards", shards}}}}
-            .dump());
+    set_string(*store_, keys::next(g_), encode_next({.shutdown = true, .save = std::move(save)}));
     phase_ = Phase::kSave;
     save_deadline_ms_ = clock_.now_ms() + opt_.step_timeout_ms;
   } else {
@@ -862,7 +859,7 @@ void Supervisor::stop(const std::string& why) {
                                "{}-{}",
                                path, step, step, committed_ - 1));
     outcome_.checkpoint = step < 0 ? "" : path;
-    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));
     phase_ = Phase::kDone;
   }
   if (on_event) on_event(e);
@@ -931,7 +928,7 @@ void Supervisor::poll_finish() {
     }
     if (pending_) report_recovery(committed_, now);
     set_string(*store_, keys::abort(g_), "1");
-    set_string(*store_, keys::next(g_), nlohmann::json{{"kind", "shutdown"}}.dump());
+    set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));
     outcome_.kind = Outcome::kFinished;
     phase_ = Phase::kDone;
     return;

@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
+#include "elastic/messages.h"
 #include "elastic/shard_store.h"
 #include "runtime/checkpoint_sink.h"
 #include "runtime/checkpointing.h"
@@ -304,9 +305,11 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
     prepared.report.checkpoint_ms = std::exchange(cx.checkpoint_ms, 0.0);
     set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
     cx.store->add(keys::num_ready(g, step), 1);
-    const std::string decision = await(*cx.store, keys::decision(g, step), "the commit");
-    if (decision == "abort") break;
-    if (decision == "skip") {  // not finite (train.nonfinite = "skip"): no update anywhere
+    const auto decision_key = keys::decision(g, step);
+    const Decision decision = decode_decision(await(*cx.store, decision_key, "the commit"),
+                                              decision_key);
+    if (decision == Decision::kAbort) break;
+    if (decision == Decision::kSkip) {  // not finite (train.nonfinite = "skip"): no update anywhere
       worker.skip(step);
     } else {
       cx.injector->at(step, "commit");
@@ -325,7 +328,7 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
     }
     if (runtime::checkpoint_due(cx.config.train, step)) save_shard(cx, worker, g, rank, step + 1);
     if (cx.sink) acknowledge(cx, cx.sink->take_durable());
-    if (decision == "last") break;
+    if (decision == Decision::kLast) break;
   }
   if (state.steps_done == steps) {
     if (first_step == steps) {  // a generation formed after the last commit
@@ -352,8 +355,9 @@ void run_generation(Context& cx, int g) {
   const auto doc = nlohmann::json::parse(await(*cx.store, keys::layout(g), "the layout"));
   const auto layout = runtime::layout_from_json(doc.at("layout"));
   const auto workers = doc.at("workers").get<std::vector<int>>();
-  const auto start = nlohmann::json::parse(await(*cx.store, keys::start(g), "the start"));
-  const int first_step = start.at("first_step");
+  const auto start_key = keys::start(g);
+  const Start start = decode_start(await(*cx.store, start_key, "the start"), start_key);
+  const int first_step = start.first_step;
   const auto it = std::find(workers.begin(), workers.end(), cx.args.worker);
   if (it == workers.end()) return;  // not in this generation's plan
   const int rank = static_cast<int>(it - workers.begin());
@@ -385,7 +389,7 @@ void run_generation(Context& cx, int g) {
   BW_CHECK(state.steps_done == first_step,
            "worker {} has applied {} steps but generation {} starts at step {}", cx.args.worker,
            state.steps_done, g, first_step);
-  state.steps_skipped = start.value("skipped_steps", 0);
+  state.steps_skipped = start.skipped_steps;
 
   auto signal = std::make_shared<runtime::AbortSignal>();
   AbortWatcher watcher(cx.args.store_host, cx.args.store_port, g, signal);
@@ -411,12 +415,10 @@ void run_generation(Context& cx, int g) {
     int64_t transfer_bytes = 0;
     // Copies: [layer, from worker, to worker] and, for a range, [begin, end) of its flat values.
     std::vector<runtime::LayerCopy> copies;
-    for (const auto& c : start.at("copies")) {
-      const int layer = c.at(0);
-      const int64_t n = model::num_parameters(state.model(), layer);
-      copies.push_back({layer, c.at(1).get<int>(), c.at(2).get<int>(),
-                        c.size() > 3 ? c.at(3).get<int64_t>() : 0,
-                        c.size() > 3 ? c.at(4).get<int64_t>() : n});
+    for (const auto& c : start.copies) {
+      const auto [begin, end] =
+          c.range.value_or(std::make_pair(int64_t{0}, model::num_parameters(state.model(), c.layer)));
+      copies.push_back({c.layer, c.from, c.to, begin, end});
     }
     runtime::ReceivedPieces received;
     const auto t_transfer = Clock::now();
@@ -448,7 +450,7 @@ void run_generation(Context& cx, int g) {
       worker.add_trace(
           {"STATE_TRANSFER", "state", begin, begin + static_cast<int64_t>(transfer_ms * 1000.0)});
     }
-    const std::string resume = start.at("resume");
+    const std::string& resume = start.resume;
     if (!resume.empty() && !cx.via_store) {
       auto ckpt = runtime::load_checkpoint(resume);
       worker.load_state(ckpt.weights, &ckpt.optimizer);
@@ -557,18 +559,16 @@ int run_worker_process(const WorkerArgs& args) {
                        .dump());
         cx.store->add(keys::num_stopped(g), 1);
       }
-      const auto next = nlohmann::json::parse(await(*cx.store, keys::next(g), "the next plan"));
-      if (next.at("kind") == "generation") {
-        g = next.at("generation");
+      const auto next_key = keys::next(g);
+      const Next next = decode_next(await(*cx.store, next_key, "the next plan"), next_key);
+      if (!next.shutdown) {
+        g = next.generation;
         continue;
       }
-      if (next.contains("save") && cx.state) {
-        const auto& save = next.at("save");
-        const auto key = std::to_string(args.worker);
-        if (save.at("shards").contains(key)) {
-          const auto& mine = save.at("shards").at(key);
-          const auto layers = mine.at("layers").get<std::vector<int>>();
-          const int shard = mine.at("shard").get<int>();
+      if (next.save && cx.state) {
+        const auto& save = *next.save;
+        if (auto it = save.shards.find(args.worker); it != save.shards.end()) {
+          const auto& [shard, layers] = it->second;
           if (cx.via_store) {
             upload_shard(*cx.store, keys::final_shards(g), shard, cx.state->parameters_of(layers),
                          cx.state->optimizer_state_of(layers));
@@ -576,7 +576,7 @@ int run_worker_process(const WorkerArgs& args) {
           } else {
             // The stop save: the same sink, durable before this process exits.
             cx.unacked.emplace_back(keys::final_shards(g), keys::num_final(g));
-            cx.sink->save(save.at("dir").get<std::string>(), cx.state->steps_done, shard, layers,
+            cx.sink->save(save.dir, cx.state->steps_done, shard, layers,
                           cx.state->parameters_of(layers), cx.state->optimizer_state_of(layers));
             drain_checkpoints(cx);
           }

@@ -1,0 +1,89 @@
+// The coordinator's messages to the workers (elastic/messages.h): the text each encoder writes is
+// the protocol older and newer workers read, so it is compared with literal JSON written by hand
+// from docs/elastic.md, each decoded back to the same value; and every malformed message is one
+// ConfigError naming the key.
+#include "elastic/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+
+namespace bw::elastic {
+namespace {
+
+using nlohmann::json;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CoordinatorMessages, DecisionsAreTheirWords) {
+  const std::pair<Decision, const char*> words[] = {{Decision::kCommit, "commit"},
+                                                    {Decision::kSkip, "skip"},
+                                                    {Decision::kLast, "last"},
+                                                    {Decision::kAbort, "abort"}};
+  for (const auto& [d, word] : words) {
+    EXPECT_EQ(encode_decision(d), word);
+    EXPECT_EQ(decode_decision(word, "g0/decision/3"), d);
+  }
+  for (const char* bad : {"", "Commit", "commit ", "{}"}) {
+    const auto e = error_of([&] { decode_decision(bad, "g0/decision/3"); });
+    EXPECT_NE(e.find("g0/decision/3"), std::string::npos) << bad;
+  }
+}
+
+TEST(CoordinatorMessages, StartCarriesCopiesWholeOrRanged) {
+  Start s;
+  s.first_step = 12;
+  s.skipped_steps = 1;
+  s.resume = "/ckpt/checkpoint-000010";
+  s.copies = {{3, 0, 2, std::nullopt}, {4, 1, 2, std::make_pair(int64_t{5}, int64_t{9})}};
+  const auto text = encode_start(s);
+  EXPECT_EQ(json::parse(text), json::parse(R"({"first_step": 12, "skipped_steps": 1,
+      "resume": "/ckpt/checkpoint-000010", "copies": [[3, 0, 2], [4, 1, 2, 5, 9]]})"));
+  EXPECT_EQ(decode_start(text, "g1/start"), s);
+  // An older coordinator's start without skipped_steps or resume.
+  const auto old = decode_start(R"({"first_step": 4, "copies": []})", "g1/start");
+  EXPECT_EQ(old.skipped_steps, 0);
+  EXPECT_EQ(old.resume, "");
+  for (const char* bad : {R"({"copies": []})", R"({"first_step": 1, "copies": [[1, 2]]})",
+                          R"({"first_step": 1, "copies": [[1, 0, 2, 9, 5]]})",
+                          R"({"first_step": -1, "copies": []})",
+                          R"({"first_step": 1, "copies": {}})", "[]"}) {
+    const auto e = error_of([&] { decode_start(bad, "g1/start"); });
+    EXPECT_NE(e.find("g1/start"), std::string::npos) << bad;
+  }
+}
+
+TEST(CoordinatorMessages, NextIsAGenerationOrAShutdownWithItsSave) {
+  const Next gen{.generation = 3};
+  EXPECT_EQ(json::parse(encode_next(gen)), json::parse(R"({"kind": "generation", "generation": 3})"));
+  EXPECT_EQ(decode_next(encode_next(gen), "g2/next"), gen);
+  const Next bare{.shutdown = true};
+  EXPECT_EQ(json::parse(encode_next(bare)), json::parse(R"({"kind": "shutdown"})"));
+  EXPECT_EQ(decode_next(encode_next(bare), "g2/next"), bare);
+  Next save{.shutdown = true};
+  save.save = StopSave{"/out/checkpoint-000007", {{0, {0, {0, 1}}}, {5, {1, {2, 3}}}}};
+  EXPECT_EQ(json::parse(encode_next(save)), json::parse(R"({"kind": "shutdown", "save": {
+      "dir": "/out/checkpoint-000007",
+      "shards": {"0": {"shard": 0, "layers": [0, 1]}, "5": {"shard": 1, "layers": [2, 3]}}}})"));
+  EXPECT_EQ(decode_next(encode_next(save), "g2/next"), save);
+  for (const char* bad :
+       {R"({"kind": "pause"})", R"({"kind": "generation"})", R"({"kind": "shutdown", "save": 1})",
+        R"({"kind": "shutdown", "save": {"dir": "d", "shards": {"x": {"shard": 0, "layers": []}}}})",
+        R"({"kind": "shutdown", "save": {"dir": "d", "shards": {"1": {"shard": 0}}}})"}) {
+    const auto e = error_of([&] { decode_next(bad, "g2/next"); });
+    EXPECT_NE(e.find("g2/next"), std::string::npos) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace bw::elastic
