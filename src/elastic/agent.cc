@@ -18,6 +18,7 @@
 #include "elastic/keys.h"
 #include "elastic/net.h"
 #include "elastic/process.h"
+#include "elastic/store_text.h"
 #include "elastic/token.h"
 #include "model/hf_config.h"
 #include "runtime/config.h"
@@ -37,11 +38,6 @@ Store connect_store(const std::string& host, int port, milliseconds timeout) {
   opts.waitWorkers = false;
   opts.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
-}
-
-std::string get_string(c10d::Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
 }
 
 // Whether the coordinator's store still answers (one round trip, within the store's timeout).

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "elastic/keys.h"
 #include "elastic/messages.h"
+#include "elastic/store_text.h"
 #include "elastic/token.h"
 #include "runtime/log.h"
 
@@ -23,15 +24,6 @@ namespace {
 double now_ms() {
   using namespace std::chrono;
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::string get_string(c10d::Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
-}
-
-void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
 // A registration counted but never written (its agent died in between) is skipped after this.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "elastic/keys.h"
 #include "elastic/messages.h"
+#include "elastic/store_text.h"
 #include "model/gpt.h"
 #include "plan/reconfigure.h"
 #include "runtime/checkpointing.h"
@@ -24,13 +25,6 @@ namespace bw::elastic {
 namespace fs = std::filesystem;
 namespace {
 
-std::string get_string(c10d::Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
-}
-void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
-}
 bool exists(c10d::Store& store, const std::string& key) { return store.check({key}); }
 int64_t counter(c10d::Store& store, const std::string& key) { return store.add(key, 0); }
 

@@ -20,6 +20,7 @@
 #include "elastic/keys.h"
 #include "elastic/messages.h"
 #include "elastic/shard_store.h"
+#include "elastic/store_text.h"
 #include "runtime/checkpoint_sink.h"
 #include "runtime/checkpointing.h"
 #include "runtime/comm.h"
@@ -39,15 +40,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-std::string get_string(c10d::Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
-}
-
-void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
 c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port,
