@@ -391,6 +391,12 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
         "more nodes",
         config.checkpoint.replicas, config.checkpoint.replicas + 1, pipelines, pipelines - 1));
   }
+  if (s.remote && config.checkpoint.dir.empty() && config.checkpoint.replicas > 0) {
+    throw ConfigError(
+        "checkpoint.replicas needs checkpoint.dir in a multi-host run: without it checkpoints "
+        "travel through the coordinator's store and are merged into one copy there; set "
+        "checkpoint.dir or checkpoint.replicas = 0");
+  }
   s.notes = s.run.notes;
   if (config.elastic.rebalance && s.run.layout.pipelines.size() < 2) {
     s.notes.push_back(

@@ -70,8 +70,8 @@ Worker::Worker(const RunConfig& config, const RunLayout& layout, int rank, Model
   // The layers this rank writes into checkpoints (RunLayout::checkpoint_writers): held whole,
   // or segmented and gathered by its stage, whose member 0 writes them. A sharded stage gathers
   // a segmented layer together when one of its members writes it.
+  const auto stage = layout_.stage_ranks(rank);
   for (int l : layout_.layers_of(rank)) {
-    const auto stage = layout_.stage_ranks(rank);
     for (int writer : layout_.checkpoint_writers(l, config_.checkpoint.replicas)) {
       if (writer == rank) owned_.push_back(l);
       if (layout_.segmented(l) && layout_.width_of(writer) > 1 &&

@@ -300,6 +300,18 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
   const auto bad = train("replicas_too_many", kSteps, too_many);
   EXPECT_EQ(bad.status, 2) << bad.log;
   EXPECT_NE(bad.log.find("checkpoint.replicas = 2 needs 3 pipelines"), std::string::npos) << bad.log;
+
+  // A multi-host coordinator without checkpoint.dir merges one copy through its store: refused
+  // before it waits for any agent.
+  ScopedEnv token("BW_RUN_TOKEN", "replicas-test-token-0123456789");
+  const auto out = (fs::path(work_dir()) / "replicas_store").string();
+  auto r = run_cli({"coordinator", "--listen", "127.0.0.1:0", "--expect-nodes", "2",
+                    "--model.name=tiny", "--data.path=" + corpus(), "--pipeline.pipelines=[1,1]",
+                    "--checkpoint.replicas=1", "--train.out_dir=" + out},
+                   out + ".log", kDeadlineS);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.replicas needs checkpoint.dir"), std::string::npos)
+      << r.output;
 }
 
 // A full disk: checkpoint.dir is a tmpfs of 800 KiB (in a private mount namespace) and each
