@@ -11,21 +11,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value = bw::fuzz::text(data + 1, size - 1);
   using namespace bw::elastic;
   BW_FUZZ_EXPECT_CONFIG_ERRORS({
-    switch (data[0] % 11) {
-      case 0:
-        (void)decode_exit_report(value, "node/0/exit/0");
+    switch (data[0] % 12) {
+      // What decodes encodes back to itself (what a peer of this build sends reads back).
+      case 0: {
+        const auto r = decode_exit_report(value, "node/0/exit/0");
+        if (decode_exit_report(encode_exit_report(r), "again") != r) std::abort();
         break;
-      case 1:
-        (void)decode_worker_error(value, "worker/0/error");
+      }
+      case 1: {
+        const auto e = decode_worker_error(value, "worker/0/error");
+        if (decode_worker_error(encode_worker_error(e), "again") != e) std::abort();
         break;
-      case 2:
-        (void)decode_joined(value, "g1/joined/0");
+      }
+      case 2: {
+        const auto j = decode_joined(value, "g1/joined/0");
+        if (decode_joined(encode_joined(j), "again") != j) std::abort();
         break;
+      }
       case 3: {
         const auto s = decode_stopped(value, "g1/stopped/0");
         for (const auto& [layer, range] : s.ranges) {
           if (layer < 0 || range.first < 0 || range.second < range.first) std::abort();
         }
+        // An older worker's message ("layers" only) is read, not written.
+        if (!s.layers && decode_stopped(encode_stopped(s), "again") != s) std::abort();
         break;
       }
       case 4:
@@ -69,6 +78,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 10: {
         const auto n = decode_next(value, "g0/next");
         if (decode_next(encode_next(n), "again") != n) std::abort();
+        break;
+      }
+      case 11: {
+        const auto r = decode_registration_reply(value, "reg/0/reply");
+        if (decode_registration_reply(encode_registration_reply(r), "again") != r) std::abort();
         break;
       }
     }

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
+#include "elastic/messages.h"
 #include "elastic/net.h"
 #include "elastic/process.h"
 #include "elastic/store_text.h"
@@ -142,9 +143,7 @@ Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
         return {End::kStoreLost};
       }
       // A worker died or failed: report it at once, then take the node out.
-      const auto report =
-          nlohmann::json{{"worker", ids[i]}, {"status", *status}, {"incarnation", n.incarnation}}
-              .dump();
+      const auto report = encode_exit_report({ids[i], *status, n.incarnation});
       try {
         store.set(keys::node_exit(n.node, n.incarnation),
                   std::vector<uint8_t>(report.begin(), report.end()));
@@ -343,17 +342,18 @@ int remote_agent(AgentArgs args) {
       std::this_thread::sleep_for(milliseconds(500));
       continue;
     }
-    const auto reply = nlohmann::json::parse(get_string(*store, keys::registration_reply(index)));
-    if (!reply.at("ok").get<bool>()) {
+    const auto reply_key = keys::registration_reply(index);
+    const auto reply = decode_registration_reply(get_string(*store, reply_key), reply_key);
+    if (!reply.ok) {
       if (store->check({keys::run_over()})) {
         return get_string(*store, keys::run_over()) == "finished" ? 0 : 3;
       }
       throw ConfigError(fmt::format("agent '{}': the coordinator at {} refused this agent: {}",
-                                    args.node_name, where, reply.at("message").get<std::string>()));
+                                    args.node_name, where, reply.message));
     }
-    n.node = reply.at("node");
-    n.incarnation = reply.at("incarnation");
-    n.devices = reply.at("devices");
+    n.node = reply.node;
+    n.incarnation = reply.incarnation;
+    n.devices = reply.devices;
     runtime::log(runtime::LogLevel::kInfo,
                  "agent '{}' is node {} (incarnation {}), {} worker(s), Gloo on {}", args.node_name,
                  n.node, n.incarnation, n.devices, n.gloo_host);

@@ -307,4 +307,62 @@ Next decode_next(const std::string& text, const std::string& key) {
   return n;
 }
 
+std::string encode_exit_report(const ExitReport& report) {
+  return Json{{"worker", report.worker}, {"status", report.status},
+              {"incarnation", report.incarnation}}
+      .dump();
+}
+
+std::string encode_worker_error(const WorkerError& error) {
+  return Json{{"kind", error.config_error ? keys::kConfigError : "other"},
+              {"message", error.message}}
+      .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string encode_joined(const Joined& joined) {
+  return Json{{"regroup_ms", joined.regroup_ms},
+              {"transfer_ms", joined.transfer_ms},
+              {"transfer_bytes", joined.transfer_bytes}}
+      .dump();
+}
+
+std::string encode_stopped(const Stopped& stopped) {
+  Json layers = Json::array(), ranges = Json::array();
+  for (const auto& [layer, range] : stopped.ranges) {
+    layers.push_back(layer);
+    ranges.push_back({layer, range.first, range.second});
+  }
+  return Json{{"steps_done", stopped.steps_done}, {"layers", layers}, {"ranges", ranges}}.dump();
+}
+
+std::string encode_registration_reply(const RegistrationReply& reply) {
+  if (!reply.ok) {
+    return Json{{"ok", false}, {"message", reply.message}}.dump(-1, ' ', false,
+                                                                  Json::error_handler_t::replace);
+  }
+  return Json{{"ok", true},
+              {"node", reply.node},
+              {"incarnation", reply.incarnation},
+              {"devices", reply.devices}}
+      .dump();
+}
+
+RegistrationReply decode_registration_reply(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  const auto it = doc.find("ok");
+  if (it == doc.end() || !it->is_boolean()) {
+    throw ConfigError(fmt::format("{}: field 'ok' must be true or false", where(key)));
+  }
+  RegistrationReply r;
+  r.ok = it->get<bool>();
+  if (!r.ok) {
+    r.message = json::get_string(doc, "message", where(key));
+    return r;
+  }
+  r.node = int_field(doc, "node", key);
+  r.incarnation = int_field(doc, "incarnation", key);
+  r.devices = int_field(doc, "devices", key, 1);
+  return r;
+}
+
 }  // namespace bw::elastic

@@ -26,7 +26,9 @@ struct ExitReport {
   int worker = 0;
   int status = 0;
   int incarnation = 0;
+  bool operator==(const ExitReport&) const = default;
 };
+std::string encode_exit_report(const ExitReport& report);
 ExitReport decode_exit_report(const std::string& text, const std::string& key);
 
 // keys::worker_error (worker): the message of the error it stopped on; config_error when it was
@@ -34,14 +36,18 @@ ExitReport decode_exit_report(const std::string& text, const std::string& key);
 struct WorkerError {
   bool config_error = false;
   std::string message;
+  bool operator==(const WorkerError&) const = default;
 };
+std::string encode_worker_error(const WorkerError& error);
 WorkerError decode_worker_error(const std::string& text, const std::string& key);
 
 // keys::joined (worker): how long re-grouping and the state transfer took when it joined.
 struct Joined {
   double regroup_ms = 0, transfer_ms = 0;
   int64_t transfer_bytes = 0;
+  bool operator==(const Joined&) const = default;
 };
+std::string encode_joined(const Joined& joined);
 Joined decode_joined(const std::string& text, const std::string& key);
 
 // keys::stopped (worker): the steps it applied and the parameters it holds when it left a
@@ -51,7 +57,10 @@ struct Stopped {
   int64_t steps_done = 0;
   std::map<int, std::pair<int64_t, int64_t>> ranges;
   std::optional<std::vector<int>> layers;  // set when the message has no "ranges"
+  bool operator==(const Stopped&) const = default;
 };
+// Encodes the ranges (and the layers they are of, which older coordinators read).
+std::string encode_stopped(const Stopped& stopped);
 Stopped decode_stopped(const std::string& text, const std::string& key);
 
 // keys::trace (worker): its record of a traced step (runtime/trace_events.h).
@@ -81,6 +90,17 @@ struct Registration {
   std::string weights_path, weights_digest, weights_error;
 };
 Registration decode_registration(const std::string& text, const std::string& key);
+
+// keys::registration_reply (coordinator): accepted as node `node` (its incarnation and devices
+// per node), or refused with a message.
+struct RegistrationReply {
+  bool ok = false;
+  std::string message;  // when refused
+  int node = 0, incarnation = 0, devices = 0;
+  bool operator==(const RegistrationReply&) const = default;
+};
+std::string encode_registration_reply(const RegistrationReply& reply);
+RegistrationReply decode_registration_reply(const std::string& text, const std::string& key);
 
 // --- From the coordinator to the workers -------------------------------------------------------
 

@@ -58,7 +58,7 @@ void RemoteNodes::reply(int index, const std::string& json) {
 void RemoteNodes::refuse(int index, const std::string& who, const std::string& why) {
   ++refused_;
   runtime::log(runtime::LogLevel::kWarn, "refused agent {}: {}", who, why);
-  reply(index, nlohmann::json{{"ok", false}, {"message", why}}.dump());
+  reply(index, encode_registration_reply({.ok = false, .message = why}));
 }
 
 void RemoteNodes::scan() {
@@ -273,10 +273,12 @@ void RemoteNodes::start(int node, int incarnation) {
   BW_CHECK(s.waiting.has_value(), "node {} has no agent waiting to start", node);
   s.incarnation = incarnation;
   s.running = true;
-  reply(*s.waiting,
-        nlohmann::json{
-            {"ok", true}, {"node", node}, {"incarnation", incarnation}, {"devices", devices_}}
-            .dump());
+  RegistrationReply accepted;
+  accepted.ok = true;
+  accepted.node = node;
+  accepted.incarnation = incarnation;
+  accepted.devices = devices_;
+  reply(*s.waiting, encode_registration_reply(accepted));
   s.waiting.reset();
 }
 

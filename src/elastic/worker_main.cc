@@ -263,16 +263,6 @@ nlohmann::json checksums(runtime::ModelState& state, const runtime::Worker& work
   return out;
 }
 
-// The layer ranges a worker holds: [[layer, begin, end], ...].
-nlohmann::json held_ranges(const runtime::ModelState& state) {
-  nlohmann::json out = nlohmann::json::array();
-  for (int l : state.layers()) {
-    auto [b, e] = state.held_range(l);
-    out.push_back({l, b, e});
-  }
-  return out;
-}
-
 // Tells the coordinator this rank left generation g on its own: it may be the first to see a
 // peer's death, or the only one to see a fault nobody else does.
 void left(Context& cx, int g, int rank, const std::string& why) {
@@ -455,10 +445,7 @@ void run_generation(Context& cx, int g) {
       worker.load_state(weights, &optimizer);
     }
     set_string(*cx.store, keys::joined(g, rank),
-               nlohmann::json{{"regroup_ms", regroup_ms},
-                              {"transfer_ms", transfer_ms},
-                              {"transfer_bytes", transfer_bytes}}
-                   .dump());
+               encode_joined({regroup_ms, transfer_ms, transfer_bytes}));
     auto release = [&] {
       auto ts = worker.release_transports();
       for (auto& t : ts) transports.push_back(std::move(t));
@@ -544,11 +531,10 @@ int run_worker_process(const WorkerArgs& args) {
       // steps or at the end (the coordinator keeps their checkpoint pending meanwhile).
       if (cx.sink) acknowledge(cx, cx.sink->take_durable());
       if (cx.state) {
-        set_string(*cx.store, keys::stopped(g, args.worker),
-                   nlohmann::json{{"steps_done", cx.state->steps_done},
-                                  {"layers", cx.state->layers()},
-                                  {"ranges", held_ranges(*cx.state)}}
-                       .dump());
+        Stopped stopped;
+        stopped.steps_done = cx.state->steps_done;
+        for (int l : cx.state->layers()) stopped.ranges[l] = cx.state->held_range(l);
+        set_string(*cx.store, keys::stopped(g, args.worker), encode_stopped(stopped));
         cx.store->add(keys::num_stopped(g), 1);
       }
       const auto next_key = keys::next(g);
@@ -587,10 +573,8 @@ int run_worker_process(const WorkerArgs& args) {
                       dynamic_cast<const c10::DistError*>(&e) != nullptr;
     try {
       if (!comm) {
-        set_string(
-            *cx.store, keys::worker_error(args.worker),
-            nlohmann::json{{"kind", config ? keys::kConfigError : "other"}, {"message", e.what()}}
-                .dump());
+        set_string(*cx.store, keys::worker_error(args.worker),
+                   encode_worker_error({config, e.what()}));
       }
     } catch (...) {
       // The store is gone too; the exit status still tells the agent.

@@ -1,4 +1,4 @@
-// The coordinator's messages to the workers (elastic/messages.h): the text each encoder writes is
+// The store messages (elastic/messages.h), both directions: the text each encoder writes is
 // the protocol older and newer workers read, so it is compared with literal JSON written by hand
 // from docs/elastic.md, each decoded back to the same value; and every malformed message is one
 // ConfigError naming the key.
@@ -82,6 +82,37 @@ TEST(CoordinatorMessages, NextIsAGenerationOrAShutdownWithItsSave) {
         R"({"kind": "shutdown", "save": {"dir": "d", "shards": {"1": {"shard": 0}}}})"}) {
     const auto e = error_of([&] { decode_next(bad, "g2/next"); });
     EXPECT_NE(e.find("g2/next"), std::string::npos) << bad;
+  }
+}
+
+// The workers' and agents' messages: each encoder writes the fields the decoders (and older
+// coordinators) read, by name.
+TEST(PeerMessages, EncodersWriteWhatTheDecodersRead) {
+  EXPECT_EQ(json::parse(encode_exit_report({7, 137, 2})),
+            json::parse(R"({"worker": 7, "status": 137, "incarnation": 2})"));
+  EXPECT_EQ(json::parse(encode_worker_error({true, "bad \"x\""})),
+            json::parse(R"({"kind": "config", "message": "bad \"x\""})"));
+  EXPECT_EQ(decode_worker_error(encode_worker_error({false, "boom"}), "w/0/error").config_error,
+            false);
+  EXPECT_EQ(json::parse(encode_joined({1.5, 2.25, 4096})),
+            json::parse(R"({"regroup_ms": 1.5, "transfer_ms": 2.25, "transfer_bytes": 4096})"));
+  Stopped st;
+  st.steps_done = 9;
+  st.ranges = {{2, {0, 100}}, {5, {50, 80}}};
+  EXPECT_EQ(json::parse(encode_stopped(st)),
+            json::parse(R"({"steps_done": 9, "layers": [2, 5],
+                            "ranges": [[2, 0, 100], [5, 50, 80]]})"));
+  EXPECT_EQ(decode_stopped(encode_stopped(st), "g1/stopped/3"), st);
+  const RegistrationReply yes{true, "", 3, 1, 2};
+  EXPECT_EQ(json::parse(encode_registration_reply(yes)),
+            json::parse(R"({"ok": true, "node": 3, "incarnation": 1, "devices": 2})"));
+  EXPECT_EQ(decode_registration_reply(encode_registration_reply(yes), "reg/0/reply"), yes);
+  const RegistrationReply no{false, "wrong token"};
+  EXPECT_EQ(decode_registration_reply(encode_registration_reply(no), "reg/0/reply"), no);
+  for (const char* bad : {R"({"node": 1})", R"({"ok": "yes"})", R"({"ok": false})",
+                          R"({"ok": true, "node": 1, "incarnation": 0, "devices": 0})"}) {
+    const auto e = error_of([&] { decode_registration_reply(bad, "reg/0/reply"); });
+    EXPECT_NE(e.find("reg/0/reply"), std::string::npos) << bad;
   }
 }
 
