@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "core/check.h"
@@ -794,21 +795,23 @@ void Supervisor::stop(const std::string& why) {
   const int num_layers = run_.layout.num_layers;
   std::map<int, std::vector<int>> by_writer;
   std::vector<int> lost;
+  // Each layer from its first whole holder, and with checkpoint.replicas = R from up to R more
+  // on other nodes (only a whole copy can be written on its own).
+  const size_t copies = 1 + static_cast<size_t>(std::max(0, ctx_.config.checkpoint.replicas));
   for (int l = 0; l < num_layers; ++l) {
-    int writer = -1;
+    std::vector<int> writers;
+    std::set<int> nodes;
     const int64_t n = model::num_parameters(ctx_.model, l);
     for (const auto& [w, held] : holdings_) {
       auto it = held.find(l);
-      if (it != held.end() && it->second.first == 0 && it->second.second == n) {
-        writer = w;  // only a whole copy can be written on its own
-        break;
+      if (it != held.end() && it->second.first == 0 && it->second.second == n &&
+          nodes.insert(w / ctx_.devices_per_node).second) {
+        writers.push_back(w);
+        if (writers.size() == copies) break;
       }
     }
-    if (writer < 0) {
-      lost.push_back(l);
-    } else {
-      by_writer[writer].push_back(l);
-    }
+    if (writers.empty()) lost.push_back(l);
+    for (int w : writers) by_writer[w].push_back(l);
   }
   Event e;
   e.kind = "stopped";

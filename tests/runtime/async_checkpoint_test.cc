@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_runner.h"
@@ -312,6 +315,40 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("checkpoint.replicas needs checkpoint.dir"), std::string::npos)
       << r.output;
+}
+
+// Ctrl-C with checkpoint.replicas = 1 on a [1,2] plan: the stop save, too, writes each layer
+// twice, from workers on different nodes, and the checkpoint it commits loads.
+TEST(AsyncCheckpoint, TheStopSaveKeepsTheReplicas) {
+  const auto out = (fs::path(work_dir()) / "replicas_stop").string();
+  auto r = run_cli({"train", "--model.name=tiny", "--data.path=" + corpus(), "--train.steps=400",
+                    "--train.warmup_steps=2", "--train.sample_tokens=0",
+                    "--pipeline.microbatches=4", "--pipeline.microbatch_size=2", "--devices=3",
+                    "--pipeline.pipelines=[1,2]", "--pipeline.schedule=1f1b",
+                    "--pipeline.fault_tolerance=1", "--checkpoint.replicas=1",
+                    "--train.out_dir=" + out, "--quiet"},
+                   out + ".log", kDeadlineS, [&](pid_t pid) {
+                     const auto metrics = fs::path(out) / "metrics.jsonl";
+                     for (int i = 0; i < 6000; ++i) {
+                       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                       if (fs::exists(metrics) && fs::file_size(metrics) > 2000) break;
+                     }
+                     ::kill(pid, SIGINT);
+                   });
+  ASSERT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.status, 130) << r.output;
+  int steps = -1;
+  const auto sidecar = latest_checkpoint(out, &steps);
+  ASSERT_GT(steps, 0) << r.output;
+  ASSERT_LT(steps, 400) << "the run ended before the signal";
+  const auto info = read_checkpoint_info(sidecar);
+  std::map<int, std::vector<int>> copies;  // layer -> shards
+  for (const auto& sh : info.shards) {
+    for (int l : sh.layers) copies[l].push_back(sh.shard);
+  }
+  ASSERT_FALSE(copies.empty());
+  for (const auto& [l, shards] : copies) EXPECT_EQ(shards.size(), 2u) << "layer " << l;
+  EXPECT_NO_THROW(load_checkpoint(sidecar));
 }
 
 // A full disk: checkpoint.dir is a tmpfs of 800 KiB (in a private mount namespace) and each
