@@ -18,11 +18,11 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checkpoint_runs.h"
 #include "cli_runner.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpointing.h"
@@ -31,7 +31,9 @@ namespace bw::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+using bw::testing::expect_bitwise_equal;
 using bw::testing::run_cli;
+using bw::testing::ScopedEnv;
 
 constexpr double kDeadlineS = 90.0;
 
@@ -42,14 +44,9 @@ std::string work_dir() {
 }
 
 std::string corpus() {
-  static const std::string path = [] {
-    auto p = (fs::path(work_dir()) / "corpus.txt").string();
-    std::ofstream out(p);
-    std::mt19937 rng(11);
-    const char* words[] = {"shard", "sink", "manifest", "step", "the", "a", "of", "wave"};
-    for (int i = 0; i < 20000; ++i) out << words[rng() % 8] << (i % 11 == 10 ? "\n" : " ");
-    return p;
-  }();
+  static const std::string path = bw::testing::write_word_corpus(
+      (fs::path(work_dir()) / "corpus.txt").string(),
+      {"shard", "sink", "manifest", "step", "the", "a", "of", "wave"});
   return path;
 }
 
@@ -62,12 +59,8 @@ struct TrainRun {
 TrainRun train(const std::string& name, int steps, std::vector<std::string> extra) {
   TrainRun run;
   run.out_dir = (fs::path(work_dir()) / name).string();
-  std::vector<std::string> args = {"train", "--model.name=tiny", "--data.path=" + corpus(),
-                                   fmt::format("--train.steps={}", steps),
-                                   "--train.warmup_steps=2", "--train.sample_tokens=0",
-                                   "--pipeline.microbatches=4", "--pipeline.microbatch_size=2",
-                                   "--train.out_dir=" + run.out_dir, "--quiet"};
-  args.insert(args.end(), extra.begin(), extra.end());
+  auto args = bw::testing::tiny_train_args(corpus(), run.out_dir, steps, extra);
+  args.insert(args.begin(), "train");
   auto r = run_cli(args, run.out_dir + ".log", kDeadlineS);
   run.status = r.timed_out ? -1 : r.status;
   run.log = r.output;
@@ -79,26 +72,10 @@ TrainRun train(const std::string& name, int steps, std::vector<std::string> extr
   return run;
 }
 
-// Every parameter and AdamW tensor of two checkpoints bitwise equal.
-void expect_bitwise_equal(const std::string& got_dir, const std::string& want_dir) {
-  const auto got = load_checkpoint(got_dir);
-  const auto want = load_checkpoint(want_dir);
-  int bad = 0;
-  for (const auto* m : {&want.weights, &want.optimizer}) {
-    const auto& other = m == &want.weights ? got.weights : got.optimizer;
-    ASSERT_EQ(other.size(), m->size()) << got_dir;
-    for (const auto& [name, t] : *m) {
-      auto it = other.find(name);
-      ASSERT_NE(it, other.end()) << got_dir << ": missing " << name;
-      if (!torch::equal(it->second, t) && bad++ < 5) {
-        ADD_FAILURE() << got_dir << ": " << name << " differs from " << want_dir << " by up to "
-                      << (it->second.to(torch::kDouble) - t.to(torch::kDouble))
-                             .abs()
-                             .max()
-                             .item<double>();
-      }
-    }
-  }
+// `args` and one more.
+std::vector<std::string> with(std::vector<std::string> args, const std::string& more) {
+  args.push_back(more);
+  return args;
 }
 
 struct Plan {
@@ -142,15 +119,6 @@ INSTANTIATE_TEST_SUITE_P(
                                              "--pipeline.schedule=1f1b",
                                              "--pipeline.fault_tolerance=1"}}),
     [](const auto& info) { return info.param.name; });
-
-// Sets an environment variable for the runs of one test (each test is its own process).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  const char* name_;
-};
 
 // The background write sleeps 2 s, so the steps after a save run while its shards are written;
 // the checkpoint still holds the state after its own step: bitwise that of a run stopped there.
@@ -247,9 +215,7 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
   constexpr int kSteps = 4;
   const auto single = train("replicas_none", kSteps, plan);
   ASSERT_EQ(single.status, 0) << single.log;
-  auto with_replicas = plan;
-  with_replicas.push_back("--checkpoint.replicas=1");
-  const auto run = train("replicas_one", kSteps, with_replicas);
+  const auto run = train("replicas_one", kSteps, with(plan, "--checkpoint.replicas=1"));
   ASSERT_EQ(run.status, 0) << run.log;
   expect_bitwise_equal(checkpoint_dir(run.out_dir, kSteps), checkpoint_dir(single.out_dir, kSteps));
 
@@ -269,11 +235,7 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
 
   // Shard 0 lost: its layers come from pipeline 1's shards, bitwise.
   fs::remove(fs::path(ckpt) / shard_file(0, "model"));
-  const auto resumed = train("replicas_resumed", kSteps, [&] {
-    auto a = plan;
-    a.push_back("--train.resume=" + ckpt);
-    return a;
-  }());
+  const auto resumed = train("replicas_resumed", kSteps, with(plan, "--train.resume=" + ckpt));
   ASSERT_EQ(resumed.status, 0) << resumed.log;
   EXPECT_NE(resumed.log.find("shard 0"), std::string::npos) << resumed.log;
   EXPECT_NE(resumed.log.find("read from their replicas"), std::string::npos) << resumed.log;
@@ -286,11 +248,7 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
     f.seekp(-1, std::ios::end);
     f.put('\x5a');
   }
-  const auto refused = train("replicas_refused", kSteps, [&] {
-    auto a = plan;
-    a.push_back("--train.resume=" + ckpt);
-    return a;
-  }());
+  const auto refused = train("replicas_refused", kSteps, with(plan, "--train.resume=" + ckpt));
   EXPECT_EQ(refused.status, 2) << refused.log;
   EXPECT_NE(refused.log.find("no whole copy of layer"), std::string::npos) << refused.log;
   EXPECT_NE(refused.log.find("shard 0"), std::string::npos) << refused.log;
@@ -298,9 +256,7 @@ TEST(AsyncCheckpoint, ReplicasServeTheLayersOfALostShard) {
       << refused.log;
 
   // Two replicas need three pipelines.
-  auto too_many = plan;
-  too_many.push_back("--checkpoint.replicas=2");
-  const auto bad = train("replicas_too_many", kSteps, too_many);
+  const auto bad = train("replicas_too_many", kSteps, with(plan, "--checkpoint.replicas=2"));
   EXPECT_EQ(bad.status, 2) << bad.log;
   EXPECT_NE(bad.log.find("checkpoint.replicas = 2 needs 3 pipelines"), std::string::npos) << bad.log;
 

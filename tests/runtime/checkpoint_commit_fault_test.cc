@@ -31,12 +31,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checkpoint_runs.h"
 #include "cli_runner.h"
 #include "core/error.h"
 #include "runtime/checkpoint.h"
@@ -46,7 +46,9 @@ namespace bw::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+using bw::testing::expect_bitwise_equal;
 using bw::testing::run_cli;
+using bw::testing::ScopedEnv;
 
 constexpr double kDeadlineS = 90.0;
 // The coordinator's agents and workers die with it (PR_SET_PDEATHSIG, or exit 3 on the lost
@@ -60,14 +62,9 @@ std::string work_dir() {
 }
 
 std::string corpus() {
-  static const std::string path = [] {
-    auto p = (fs::path(work_dir()) / "corpus.txt").string();
-    std::ofstream out(p);
-    std::mt19937 rng(11);
-    const char* words[] = {"commit", "manifest", "shard", "kill", "the", "a", "of", "rename"};
-    for (int i = 0; i < 20000; ++i) out << words[rng() % 8] << (i % 11 == 10 ? "\n" : " ");
-    return p;
-  }();
+  static const std::string path = bw::testing::write_word_corpus(
+      (fs::path(work_dir()) / "corpus.txt").string(),
+      {"commit", "manifest", "shard", "kill", "the", "a", "of", "rename"});
   return path;
 }
 
@@ -77,17 +74,7 @@ const std::vector<std::string> kPlan = {"--devices=3", "--pipeline.pipelines=[3]
 
 std::vector<std::string> train_args(const std::string& out_dir, int steps,
                                     const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"--model.name=tiny",
-                                   "--data.path=" + corpus(),
-                                   fmt::format("--train.steps={}", steps),
-                                   "--train.warmup_steps=2",
-                                   "--train.sample_tokens=0",
-                                   "--pipeline.microbatches=4",
-                                   "--pipeline.microbatch_size=2",
-                                   "--train.out_dir=" + out_dir,
-                                   "--quiet"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  return bw::testing::tiny_train_args(corpus(), out_dir, steps, extra);
 }
 
 struct TrainRun {
@@ -105,35 +92,6 @@ TrainRun train(const std::string& name, int steps, std::vector<std::string> extr
   run.log = r.output;
   return run;
 }
-
-// Every parameter and AdamW tensor of two checkpoints bitwise equal (as async_checkpoint_test).
-void expect_bitwise_equal(const std::string& got_dir, const std::string& want_dir) {
-  const auto got = load_checkpoint(got_dir);
-  const auto want = load_checkpoint(want_dir);
-  int bad = 0;
-  for (const auto* m : {&want.weights, &want.optimizer}) {
-    const auto& other = m == &want.weights ? got.weights : got.optimizer;
-    ASSERT_EQ(other.size(), m->size()) << got_dir;
-    for (const auto& [name, t] : *m) {
-      auto it = other.find(name);
-      ASSERT_NE(it, other.end()) << got_dir << ": missing " << name;
-      if (!torch::equal(it->second, t) && bad++ < 5) {
-        ADD_FAILURE()
-            << got_dir << ": " << name << " differs from " << want_dir << " by up to "
-            << (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>();
-      }
-    }
-  }
-}
-
-// Sets an environment variable for the runs of one test (each test is its own process).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  const char* name_;
-};
 
 // While it lives this process is a child subreaper: the descendants of a child that dies (the
 // coordinator's agents and workers) are reparented here rather than to init, so they can be
