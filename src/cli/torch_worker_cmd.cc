@@ -22,6 +22,7 @@ void add_worker(CLI::App& app) {
   cmd->add_option("--device", args->device);
   cmd->add_option("--incarnation", args->incarnation);
   cmd->add_option("--gloo-host", args->gloo_host);
+  cmd->add_option("--node-name", args->node_name);
   cmd->callback([args] {
     const int status = elastic::run_worker_process(*args);
     // Old process groups may still be closing on background threads: leave without running

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -13,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
@@ -22,6 +25,7 @@
 #include "elastic/store_text.h"
 #include "elastic/token.h"
 #include "model/hf_config.h"
+#include "runtime/checkpointing.h"
 #include "runtime/config.h"
 #include "runtime/hf.h"
 #include "runtime/log.h"
@@ -63,6 +67,7 @@ enum class End { kShutdown, kWorkerExited, kFenced, kStoreLost, kRunOver };
 struct Node {
   int node = 0, devices = 1, incarnation = 0;
   std::string gloo_host = "127.0.0.1";
+  std::string name;  // the agent's node name (multi-host runs); its workers' shards say it
   bool remote = false;  // watch the fence and run-over keys
 };
 
@@ -95,7 +100,8 @@ Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
         exe, {exe, "worker", "--store-host", args.store_host, "--store-port",
               std::to_string(args.store_port), "--worker-id", std::to_string(id), "--node",
               std::to_string(n.node), "--device", std::to_string(d), "--incarnation",
-              std::to_string(n.incarnation), "--gloo-host", n.gloo_host}));
+              std::to_string(n.incarnation), "--gloo-host", n.gloo_host, "--node-name",
+              n.name}));
   }
   auto kill_all = [&] {
     for (auto& w : workers) w.kill();
@@ -209,6 +215,127 @@ nlohmann::json weights_report(const runtime::RunConfig& config) {
   }
 }
 
+// This host's checkpoint.dir, for the coordinator: {"path", "shared"} (whether the coordinator's
+// probe file `probe` is there: a filesystem they share), with "error" when this host cannot
+// write there.
+nlohmann::json checkpoint_dir_report(const std::string& dir, const std::string& probe) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  nlohmann::json out = {{"path", dir},
+                        {"shared", !probe.empty() && fs::exists(fs::path(dir) / probe, ec)}};
+  const auto test = fs::path(dir) / fmt::format(".breakwater-write-test-{}", getpid());
+  try {
+    fs::create_directories(dir);
+    io::write_file(test.string(), "breakwater\n", "a write test of checkpoint.dir");
+    fs::remove(test);
+  } catch (const std::exception& e) {
+    out["error"] = e.what();
+  }
+  return out;
+}
+
+// checkpoint.dir on this host's own disk ("hosts" mode, keys::checkpoint_io): publishes each
+// checkpoint the coordinator commits (runtime::publish_on_host) and keeps checkpoint.keep of them,
+// from a thread with its own store connection that polls keys::num_committed. Waits for the mode
+// first; ends at once in any other mode. A publication that fails is said and retried at the next
+// commit: until then the shards stay in the staging directory, where a resume finds them too.
+class HostCheckpoints {
+ public:
+  HostCheckpoints(std::string store_host, int store_port, std::string root, int keep,
+                  std::string host)
+      : store_host_(std::move(store_host)),
+        port_(store_port),
+        root_(std::move(root)),
+        keep_(keep),
+        host_(std::move(host)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~HostCheckpoints() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  HostCheckpoints(const HostCheckpoints&) = delete;
+  HostCheckpoints& operator=(const HostCheckpoints&) = delete;
+
+  // The run is over: publishes its last commit (the final checkpoint or the stop save) before
+  // the agent says goodbye, so the coordinator is still there to read it from.
+  void finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    try {
+      if (!store_) store_ = connect_store(store_host_, port_, seconds(5));
+      if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
+        mode_known_ = true;
+        hosts_ = get_string(*store_, keys::checkpoint_io()) == "hosts";
+      }
+      if (hosts_) poll();
+    } catch (const std::exception& e) {
+      runtime::log(runtime::LogLevel::kWarn, "could not publish the last checkpoint on host {}: {}",
+                   host_, first_line(e));
+    }
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      try {
+        if (!store_) store_ = connect_store(store_host_, port_, seconds(2));
+        if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
+          mode_known_ = true;
+          hosts_ = get_string(*store_, keys::checkpoint_io()) == "hosts";
+          if (!hosts_) return;
+        }
+        if (hosts_) poll();
+      } catch (const std::exception& e) {
+        store_.reset();  // the coordinator may be gone or busy: try again
+      }
+      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+  void poll() {
+    const int64_t n = store_->add(keys::num_committed(), 0);
+    for (int64_t i = seen_ + 1; i <= n; ++i) {
+      const auto key = keys::committed_checkpoint(i);
+      if (!store_->check({key})) {
+        runtime::log(runtime::LogLevel::kWarn,
+                     "checkpoint commit {} is no longer in the store: its shards on host {} stay "
+                     "in their staging directory, where a resume still finds them",
+                     i, host_);
+        continue;
+      }
+      const auto info = runtime::parse_sidecar(nlohmann::json::parse(get_string(*store_, key)),
+                                               "the committed checkpoint's manifest");
+      try {
+        runtime::publish_on_host(root_, info, host_);
+        runtime::log(runtime::LogLevel::kInfo, "published checkpoint {} on host {}",
+                     runtime::checkpoint_dir(root_, static_cast<int>(info.step)), host_);
+      } catch (const ConfigError& e) {
+        runtime::log(runtime::LogLevel::kWarn, "{}", e.what());
+      }
+    }
+    if (n > seen_) {
+      try {
+        runtime::retain_checkpoints(root_, keep_);
+        runtime::remove_partials_before_oldest(root_);
+      } catch (const ConfigError& e) {
+        runtime::log(runtime::LogLevel::kWarn, "{}", e.what());
+      }
+    }
+    seen_ = n;
+  }
+
+  std::string store_host_;
+  int port_;
+  std::string root_;
+  int keep_;
+  std::string host_;
+  Store store_;
+  bool mode_known_ = false, hosts_ = false;
+  int64_t seen_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 int local_agent(const AgentArgs& args);
 int remote_agent(AgentArgs args);
 
@@ -299,6 +426,8 @@ int remote_agent(AgentArgs args) {
         args.node_name, where, args.wait_s));
   };
   auto deadline = steady_clock::now() + milliseconds(static_cast<int64_t>(args.wait_s * 1000));
+  std::unique_ptr<HostCheckpoints> host_checkpoints;
+  bool shares_checkpoint_dir = false;
   while (true) {
     // Connect (c10d retries until the timeout) and register.
     Store store;
@@ -320,6 +449,11 @@ int remote_agent(AgentArgs args) {
       const auto data = corpus_report(config);
       const auto weights = config.model.init_from.empty() ? nlohmann::json()
                                                           : weights_report(config);
+      std::string probe;
+      if (!config.checkpoint.dir.empty()) {
+        store->wait({keys::checkpoint_probe()}, left);
+        probe = get_string(*store, keys::checkpoint_probe());
+      }
       index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
       auto doc = nlohmann::json{
           {"name", args.node_name},
@@ -329,6 +463,10 @@ int remote_agent(AgentArgs args) {
           {"launch_ms", launch_ms},
           {"proof", args.token.empty() ? std::string() : token_proof(args.token, nonce, index)}};
       if (!weights.is_null()) doc["weights"] = weights;
+      if (!config.checkpoint.dir.empty()) {
+        doc["checkpoint"] = checkpoint_dir_report(config.checkpoint.dir, probe);
+        shares_checkpoint_dir = doc["checkpoint"].value("shared", false);
+      }
       const auto text = doc.dump();
       store->set(keys::registration(index), std::vector<uint8_t>(text.begin(), text.end()));
       // Accepted at once before the run starts, or at a step boundary when re-joining.
@@ -354,6 +492,12 @@ int remote_agent(AgentArgs args) {
     n.node = reply.node;
     n.incarnation = reply.incarnation;
     n.devices = reply.devices;
+    n.name = args.node_name;
+    if (!host_checkpoints && !config.checkpoint.dir.empty() && !shares_checkpoint_dir) {
+      host_checkpoints = std::make_unique<HostCheckpoints>(
+          args.store_host, args.store_port, config.checkpoint.dir, config.checkpoint.keep,
+          args.node_name);
+    }
     runtime::log(runtime::LogLevel::kInfo,
                  "agent '{}' is node {} (incarnation {}), {} worker(s), Gloo on {}", args.node_name,
                  n.node, n.incarnation, n.devices, n.gloo_host);
@@ -369,6 +513,7 @@ int remote_agent(AgentArgs args) {
           store->setTimeout(seconds(30));
           store->wait({keys::run_over()});
           how = get_string(*store, keys::run_over());
+          if (host_checkpoints) host_checkpoints->finish();
           store->add(keys::agents_gone(), 1);
         } catch (const std::exception&) {
           // The coordinator has gone already.

@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -277,6 +278,11 @@ struct RunSetup {
   std::vector<std::string> notes;
   int first_step = 0;
   std::string resume;  // the checkpoint generation 0 loads
+  // train.resume is a sharded checkpoint whose shards are not all on this host (checkpoint.dir on
+  // each host's own disk): only its manifest was checked here; the workers load the shards.
+  bool resume_elsewhere = false;
+  // "files" | "store" | "hosts" (keys::checkpoint_io), set when the cluster is known.
+  std::string checkpoint_io = "files";
   SkipCount skips;     // non-finite steps skipped (one process; the supervisor keeps its own)
   std::vector<int> trace_steps;
   std::optional<runtime::OutDirLock> out_lock;  // one run per out_dir
@@ -310,12 +316,69 @@ void check_faults(const RunSetup& s) {
   }
 }
 
+// A file only this host's filesystem holds at checkpoint.dir: an agent that sees it there shares
+// that filesystem (keys::checkpoint_probe). Removed when the run ends.
+class ProbeFile {
+ public:
+  explicit ProbeFile(const std::string& dir) {
+    std::random_device rd;
+    name_ = fmt::format(".breakwater-probe-{:08x}{:08x}", rd(), rd());
+    path_ = (fs::path(dir) / name_).string();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    try {
+      io::write_file(path_, "breakwater\n", "the probe file of checkpoint.dir");
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format(
+          "checkpoint.dir '{}' cannot be written on the coordinator's host: {}; make it "
+          "writable, or give another checkpoint.dir",
+          dir, e.what()));
+    }
+  }
+  ~ProbeFile() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  ProbeFile(const ProbeFile&) = delete;
+  ProbeFile& operator=(const ProbeFile&) = delete;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_, path_;
+};
+
+// Whether every shard file a manifest names is in its directory here.
+bool shards_all_here(const runtime::CheckpointInfo& info, const std::string& dir_or_sidecar) {
+  std::error_code ec;
+  fs::path dir(dir_or_sidecar);
+  if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+  for (const auto& sh : info.shards) {
+    for (const auto& f : {sh.model, sh.optimizer}) {
+      if (!fs::exists(dir / f, ec)) return false;
+    }
+  }
+  return true;
+}
+
 // The resume position (train.resume), checked against the model and the config.
 void check_resume_position(RunSetup& s) {
   const auto& config = s.config;
   if (config.train.resume.empty()) return;
-  auto ckpt = runtime::load_checkpoint(config.train.resume);
-  check_checkpoint_matches(ckpt, s.model, config.model.seed, config.train.resume);
+  runtime::LoadedCheckpoint ckpt;
+  try {
+    ckpt = runtime::load_checkpoint(config.train.resume);
+    check_checkpoint_matches(ckpt, s.model, config.model.seed, config.train.resume);
+  } catch (const ConfigError&) {
+    // A multi-host run with checkpoint.dir on each host's own disk resumes from the manifest
+    // here; each host loads the shards it holds (checked there with every check of a load).
+    auto info = runtime::read_checkpoint_info(config.train.resume);
+    if (!s.remote || config.checkpoint.dir.empty() || info.shards.empty() ||
+        shards_all_here(info, config.train.resume)) {
+      throw;
+    }
+    ckpt.info = std::move(info);
+    s.resume_elsewhere = true;
+  }
   runtime::check_resume(config, ckpt.info, config.train.resume);
   const auto& info = ckpt.info;
   s.first_step = static_cast<int>(info.step);
@@ -383,6 +446,13 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
     }
   }
   check_faults(s);
+  // checkpoint.replicas = -1 (auto) is 0 unless checkpoint.dir may be each host's own disk, which
+  // only the agents can tell (run_cluster resolves it then).
+  if (config.checkpoint.replicas == runtime::CheckpointConfig::kAutoReplicas &&
+      !(s.remote && !config.checkpoint.dir.empty())) {
+    s.config.checkpoint.replicas = 0;
+    s.ctx.config.checkpoint.replicas = 0;
+  }
   if (const int pipelines = static_cast<int>(s.run.layout.pipelines.size());
       config.checkpoint.replicas > pipelines - 1) {
     throw ConfigError(fmt::format(
@@ -800,8 +870,10 @@ SupervisorOptions supervisor_options(const RunSetup& setup) {
 
 // The supervisor's steps, events, plans and checkpoints, into the report and out_dir.
 void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
-                        const c10::intrusive_ptr<c10d::TCPStore>& store, bool via_store) {
+                        const c10::intrusive_ptr<c10d::TCPStore>& store) {
   const auto& config = setup.config;
+  const bool via_store = setup.checkpoint_io == "store";
+  const bool on_hosts = setup.checkpoint_io == "hosts";
   const int num_layers = model::num_layers(setup.model);
   auto resume_published = std::make_shared<bool>(!setup.resume.empty());
   sup.on_step = [&report, store, resume_published, num_layers](const StepRecord& r) {
@@ -838,7 +910,7 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
                    config.checkpoint.replicas + 1, config.checkpoint.replicas);
     }
   };
-  sup.on_checkpoint = [&report, &config, &sup, store, via_store](
+  sup.on_checkpoint = [&report, &config, &sup, store, via_store, on_hosts](
                           int steps_done, int shards, const RunPlan& p, const std::string& prefix) {
     const auto root = runtime::checkpoint_root(config);
     const auto dir = runtime::checkpoint_dir(root, steps_done);
@@ -857,7 +929,17 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
         for (const auto& [name, digest] : d.digests) info.files[name] = digest;
         store->deleteKey(key);
       }
-      report.summary.checkpoint = runtime::commit_checkpoint(dir, std::move(info));
+      // Shards on each host's own disk: the manifest here is the commit; each host's agent then
+      // publishes its own copy of the directory (agent.cc, HostCheckpoints).
+      const auto manifest = on_hosts ? runtime::sidecar_json(info).dump() : std::string();
+      report.summary.checkpoint = runtime::commit_checkpoint(dir, std::move(info), !on_hosts);
+      if (on_hosts) {
+        const int64_t n = store->add(keys::num_committed(), 0) + 1;
+        store->set(keys::committed_checkpoint(n),
+                   std::vector<uint8_t>(manifest.begin(), manifest.end()));
+        store->add(keys::num_committed(), 1);
+        if (n > keys::kCommittedKept) store->deleteKey(keys::committed_checkpoint(n - keys::kCommittedKept));
+      }
       runtime::retain_checkpoints(root, config.checkpoint.keep);
       return report.summary.checkpoint;
     }
@@ -948,25 +1030,21 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
   };
   put(keys::config(), runtime::to_toml(config));
-  // Local workers share this filesystem and write and read checkpoints themselves, in
-  // parallel; across hosts nothing is assumed shared and checkpoints pass through the store.
-  // A multi-host run whose checkpoint.dir names a filesystem every host sees writes like a local
-  // one; otherwise its checkpoints travel through the store (shard_store.h).
-  const bool via_store = remote && config.checkpoint.dir.empty();
-  put(keys::checkpoint_io(), via_store ? "store" : "files");
   put(keys::workers_per_host(),
       std::to_string(remote ? ctx.devices_per_node : ctx.cluster.num_nodes * ctx.devices_per_node));
   const std::string exe = options.executable.empty() ? self_executable() : options.executable;
   std::unique_ptr<LocalNodes> local;
   std::unique_ptr<RemoteNodes> hosts;
-  // Across hosts nothing of train.out_dir or train.resume is read or written by another
-  // process: the resume state goes out and checkpoint shards come back through the store
-  // (shard_store.h).
-  if (!setup.resume.empty() && via_store) {
-    const auto bytes =
-        put_resume(*store, runtime::load_checkpoint(setup.resume), model::num_layers(setup.model));
-    runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
-                 io::human_bytes(bytes), setup.resume);
+  // Where checkpoints go (keys::checkpoint_io). Local workers share this filesystem and write and
+  // read checkpoints themselves, in parallel ("files"). Across hosts: without checkpoint.dir
+  // nothing is assumed shared and checkpoints travel through the store ("store", shard_store.h);
+  // with it, a probe file written here tells which agents see this filesystem there: all of them
+  // ("files", a shared filesystem), or not ("hosts": each host's own disk, with its agent
+  // publishing what the coordinator commits).
+  std::optional<ProbeFile> probe;
+  if (remote && !config.checkpoint.dir.empty()) {
+    probe.emplace(config.checkpoint.dir);
+    put(keys::checkpoint_probe(), probe->name());
   }
   if (remote) {
     hosts = std::make_unique<RemoteNodes>(store, setup.token, ctx.cluster.num_nodes,
@@ -976,15 +1054,65 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
       hosts->require_weights(setup.model.init_from,
                              runtime::hf_folder(setup.model)->content_digest());
     }
+    if (!config.checkpoint.dir.empty()) hosts->require_checkpoint_dir(config.checkpoint.dir);
     if (options.on_listen) options.on_listen(listen.host, store->getPort());
     hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
+    if (config.checkpoint.dir.empty()) {
+      setup.checkpoint_io = "store";
+    } else if (hosts->all_share_checkpoint_dir()) {
+      hosts->require_shared_checkpoint_dir();
+    } else {
+      setup.checkpoint_io = "hosts";
+    }
+    if (setup.config.checkpoint.replicas == runtime::CheckpointConfig::kAutoReplicas) {
+      // Each host's own disk: a copy of every layer on another node, where there is one.
+      const bool two = setup.run.layout.pipelines.size() >= 2;
+      const int r = setup.checkpoint_io == "hosts" && two ? 1 : 0;
+      setup.config.checkpoint.replicas = r;
+      setup.ctx.config.checkpoint.replicas = r;
+      put(keys::config(), runtime::to_toml(setup.config));  // before any worker reads it
+    }
+    if (setup.checkpoint_io == "hosts") {
+      runtime::log(runtime::LogLevel::kInfo,
+                   "checkpoint.dir '{}' is each host's own disk (not every agent sees this "
+                   "host's files there): shards stay where they are written, {} cop{} of each "
+                   "layer",
+                   config.checkpoint.dir, config.checkpoint.replicas + 1,
+                   config.checkpoint.replicas == 0 ? "y" : "ies");
+    }
   } else {
     local = std::make_unique<LocalNodes>(exe, "127.0.0.1", store->getPort(), ctx.devices_per_node);
+  }
+  put(keys::checkpoint_io(), setup.checkpoint_io);
+  // The resume state: every worker reads train.resume itself ("files"); the coordinator
+  // publishes it per layer through the store when only it can read it ("store", or "hosts" with
+  // a checkpoint whose shards are all here); or each host loads the shards of the manifest it
+  // holds and fetches the rest from a peer over the transport ("hosts").
+  if (!setup.resume.empty()) {
+    if (setup.resume_elsewhere && setup.checkpoint_io != "hosts") {
+      throw ConfigError(fmt::format(
+          "the shards of train.resume {} are not all on this host, and every host of this run "
+          "shares checkpoint.dir '{}'; resume from a checkpoint in the shared checkpoint.dir, or "
+          "gather its shards into one directory",
+          setup.resume, config.checkpoint.dir));
+    }
+    if (setup.resume_elsewhere) {
+      put(keys::resume_manifest(),
+          runtime::sidecar_json(runtime::read_checkpoint_info(setup.resume)).dump());
+      runtime::log(runtime::LogLevel::kInfo,
+                   "each host loads the shards of {} it holds and fetches the rest from a peer",
+                   setup.resume);
+    } else if (setup.checkpoint_io != "files") {
+      const auto bytes = put_resume(*store, runtime::load_checkpoint(setup.resume),
+                                    model::num_layers(setup.model));
+      runtime::log(runtime::LogLevel::kInfo, "published {} of resume state from {}",
+                   io::human_bytes(bytes), setup.resume);
+    }
   }
   Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
   SystemClock clock;
   Supervisor sup(store, clock, nodes, ctx, setup.run, supervisor_options(setup));
-  connect_supervisor(sup, setup, report, store, via_store);
+  connect_supervisor(sup, setup, report, store);
   runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
                ctx.cluster.num_nodes);
   sup.start();
@@ -1042,6 +1170,13 @@ int64_t document_start(const runtime::RunData& data, const model::GptConfig& mod
 void write_sample(const RunSetup& setup, RunSummary& summary) {
   const auto& config = setup.config;
   if (config.train.sample_tokens <= 0 || summary.checkpoint.empty()) return;
+  if (setup.checkpoint_io == "hosts") {
+    runtime::log(runtime::LogLevel::kInfo,
+                 "no end-of-run sample: the final checkpoint's shards are on the hosts' own "
+                 "disks (gather them with the manifest {} and run `breakwater generate`)",
+                 summary.checkpoint);
+    return;
+  }
   const auto& model = setup.model;
   const auto& run_data = *setup.run_data;
   auto ckpt = runtime::load_checkpoint(summary.checkpoint);

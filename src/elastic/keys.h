@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 
 namespace bw::elastic::keys {
@@ -16,7 +17,21 @@ inline std::string config() { return "run/config"; }  // TOML of the resolved co
 // "files": every process sees the coordinator's filesystem (local runs): workers write their
 // checkpoint shards into train.out_dir and read train.resume themselves; "store": they do not
 // (multi-host runs), and both pass through the store (shard_store.h).
+// "hosts": multi-host, checkpoint.dir on each host's own disk: workers write their shards there,
+// agents publish them when the coordinator commits (committed_checkpoint), and a resume loads
+// what a host holds and fetches the rest from a peer over the transport (docs/checkpoints.md).
 inline std::string checkpoint_io() { return "run/checkpoint_io"; }
+// The name of the file the coordinator writes into its checkpoint.dir: an agent that sees it
+// there shares that filesystem.
+inline std::string checkpoint_probe() { return "run/checkpoint_probe"; }
+// "hosts" mode: the manifest (sidecar JSON) of the n-th committed checkpoint (n from 1), and a
+// counter bumped after each commit, which agents poll; the coordinator keeps the newest
+// kCommittedKept manifests.
+inline std::string committed_checkpoint(int64_t n) { return fmt::format("ckpt/committed/{}", n); }
+inline constexpr int64_t kCommittedKept = 64;
+inline std::string num_committed() { return "ckpt/ncommitted"; }
+// "hosts" mode: the manifest of train.resume, read from the coordinator's disk.
+inline std::string resume_manifest() { return "run/resume_manifest"; }
 // How many workers share one host's cores (a local run: all of them), for train.spin_wait_us.
 inline std::string workers_per_host() { return "run/workers_per_host"; }
 inline std::string exits() { return "run/exits"; }  // counter: agent exit reports so far
@@ -57,6 +72,10 @@ inline std::string inject_time(int index) { return fmt::format("inject/{}/at", i
 
 // --- per generation
 inline std::string layout(int g) { return fmt::format("g{}/layout", g); }  // JSON
+// "hosts" mode: {"host", "shards": [...]}, the shards of the resume manifest rank r's host holds
+// whole on its own disk, and the count of ranks that said so.
+inline std::string resume_have(int g, int rank) { return fmt::format("g{}/rhave/{}", g, rank); }
+inline std::string num_resume_have(int g) { return fmt::format("g{}/nrhave", g); }
 inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JSON
 inline std::string abort(int g) { return fmt::format("g{}/abort", g); }
 // JSON {"regroup_ms", "transfer_ms", "transfer_bytes"} once a rank has its groups and state

@@ -184,6 +184,16 @@ Registration decode_registration(const std::string& text, const std::string& key
     r.weights_digest = string_or_empty(weights, "digest", key);
     r.weights_error = string_or_empty(weights, "error", key);
   }
+  if (doc.contains("checkpoint")) {
+    const Json& ck = doc.at("checkpoint");
+    if (!ck.is_object() || (ck.contains("shared") && !ck.at("shared").is_boolean())) {
+      throw ConfigError(fmt::format(
+          "{}: field 'checkpoint' must be an object with a boolean 'shared'", where(key)));
+    }
+    r.checkpoint_path = string_or_empty(ck, "path", key);
+    r.checkpoint_error = string_or_empty(ck, "error", key);
+    r.checkpoint_shared = ck.value("shared", false);
+  }
   return r;
 }
 

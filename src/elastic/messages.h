@@ -88,6 +88,11 @@ struct Registration {
   std::string data_path, data_digest, data_error;  // its corpus (agent.cc, corpus_report)
   // Its model.init_from folder (agent.cc, weights_report); absent when the run has none.
   std::string weights_path, weights_digest, weights_error;
+  // Its checkpoint.dir (agent.cc, checkpoint_dir_report); absent when the run sets none: whether
+  // this host sees the coordinator's probe file there (a filesystem they share), or why it
+  // cannot write there.
+  std::string checkpoint_path, checkpoint_error;
+  bool checkpoint_shared = false;
 };
 Registration decode_registration(const std::string& text, const std::string& key);
 

@@ -152,6 +152,25 @@ void RemoteNodes::handle(int index, const std::string& json) {
       return;
     }
   }
+  if (!checkpoint_dir_.empty()) {
+    if (!reg.checkpoint_error.empty() || reg.checkpoint_path.empty()) {
+      refuse(index, who,
+             fmt::format("checkpoint.dir '{}' cannot be written on host '{}': {}; make it "
+                         "writable there, or give a checkpoint.dir every host can write",
+                         checkpoint_dir_, name,
+                         reg.checkpoint_error.empty() ? std::string("it reported nothing")
+                                                      : reg.checkpoint_error));
+      return;
+    }
+    if (shared_required_ && !reg.checkpoint_shared) {
+      refuse(index, who,
+             fmt::format("its checkpoint.dir '{}' is not the filesystem every other host of the "
+                         "run shares (the coordinator's probe file is not there); mount the "
+                         "shared filesystem there",
+                         checkpoint_dir_));
+      return;
+    }
+  }
   if (devices != 0 && devices != devices_) {
     refuse(index, who,
            fmt::format("it offers {} device(s) but every node of this run has {} "
@@ -176,7 +195,7 @@ void RemoteNodes::handle(int index, const std::string& json) {
                          nodes_, nodes_ + 1));
       return;
     }
-    early_.push_back({index, name, host, launch_ms});
+    early_.push_back({index, name, host, launch_ms, reg.checkpoint_shared});
     runtime::log(runtime::LogLevel::kInfo, "agent {} registered ({} of {})", who, early_.size(),
                  nodes_);
     return;
@@ -214,7 +233,14 @@ void RemoteNodes::handle(int index, const std::string& json) {
   s.host = host;
   s.waiting = index;
   s.launch_ms = launch_ms;
+  s.shares_checkpoint_dir = reg.checkpoint_shared;
   runtime::log(runtime::LogLevel::kInfo, "agent {} registered again for node {}", who, slot);
+}
+
+bool RemoteNodes::all_share_checkpoint_dir() const {
+  BW_CHECK(assigned_, "all_share_checkpoint_dir before the agents registered");
+  return std::all_of(slots_.begin(), slots_.end(),
+                     [](const Slot& s) { return s.shares_checkpoint_dir; });
 }
 
 void RemoteNodes::wait_for_agents(double timeout_s, const std::vector<std::string>& expected,
@@ -259,6 +285,7 @@ void RemoteNodes::wait_for_agents(double timeout_s, const std::vector<std::strin
     slots_[n].host = early_[n].host;
     slots_[n].waiting = early_[n].index;
     slots_[n].launch_ms = early_[n].launch_ms;
+    slots_[n].shares_checkpoint_dir = early_[n].shares_checkpoint_dir;
     runtime::log(runtime::LogLevel::kInfo, "node {} is '{}' ({})", n, slots_[n].name,
                  slots_[n].host);
   }

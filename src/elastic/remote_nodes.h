@@ -68,6 +68,16 @@ class RemoteNodes final : public Nodes {
     weights_digest_ = std::move(digest);
   }
 
+  // checkpoint.dir: every agent must be able to write there (refused otherwise, naming its host),
+  // and reports whether it sees the coordinator's probe file there (keys::checkpoint_probe).
+  // Unset: no check.
+  void require_checkpoint_dir(std::string path) { checkpoint_dir_ = std::move(path); }
+  // After wait_for_agents: whether every agent shares the coordinator's checkpoint.dir.
+  bool all_share_checkpoint_dir() const;
+  // The run writes checkpoints to one shared checkpoint.dir: an agent that does not see it is
+  // refused from now on (its shards would be where no other host looks).
+  void require_shared_checkpoint_dir() { shared_required_ = true; }
+
   const std::string& name(int node) const { return slots_.at(node).name; }
   int refused() const { return refused_; }  // registrations refused so far
 
@@ -78,11 +88,13 @@ class RemoteNodes final : public Nodes {
     bool running = false;        // accepted and not fenced
     std::optional<int> waiting;  // a registration waiting for start()
     double launch_ms = 0;        // the agent's start-up as it reported it
+    bool shares_checkpoint_dir = false;
   };
   struct Registration {
     int index = 0;
     std::string name, host;
     double launch_ms = 0;
+    bool shares_checkpoint_dir = false;
   };
   void scan();
   void handle(int index, const std::string& json);
@@ -103,6 +115,8 @@ class RemoteNodes final : public Nodes {
   bool ended_ = false;
   std::string data_path_, data_digest_;
   std::string weights_path_, weights_digest_;
+  std::string checkpoint_dir_;
+  bool shared_required_ = false;
 };
 
 }  // namespace bw::elastic

@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <deque>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -15,10 +19,12 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/dataset.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/messages.h"
+#include "elastic/resume_fetch.h"
 #include "elastic/shard_store.h"
 #include "elastic/store_text.h"
 #include "runtime/checkpoint_sink.h"
@@ -188,6 +194,8 @@ struct Context {
   milliseconds timeout{120000};
   int step = 0;           // the step in flight, for fault injection
   bool via_store = true;  // keys::checkpoint_io(): checkpoints and resume through the store
+  bool on_hosts = false;  // keys::checkpoint_io() "hosts": checkpoint.dir is each host's own
+  std::string host;       // the host name this worker's shards record
   // Where this worker's checkpoint shards go when they do not travel through the store.
   std::unique_ptr<runtime::CheckpointSink> sink;
   // Shards handed to the sink and not yet acknowledged, oldest first: the prefix their record
@@ -333,6 +341,79 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
   }
 }
 
+// train.resume when its shards are on each host's own disk (resume_fetch.h): this host's shards
+// of the manifest, and what it lacks from a peer's over `world`, for this rank's layers.
+runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
+                                               const runtime::RunLayout& layout,
+                                               runtime::Transport* world,
+                                               const std::string& where) {
+  const auto info = runtime::parse_sidecar(
+      nlohmann::json::parse(await(*cx.store, keys::resume_manifest(), "the resume manifest")),
+      "the manifest of " + where);
+  const auto dir = runtime::checkpoint_dir(runtime::checkpoint_root(cx.config),
+                                           static_cast<int>(info.step));
+  const auto fetched_dir = fmt::format("{}.fetched-w{}", dir, cx.args.worker);
+  auto local = [&](const runtime::ShardFiles&, const std::string& file) {
+    return find_shard_file(info, dir, file);
+  };
+  std::set<int> mine;
+  for (int s = 0; s < static_cast<int>(info.shards.size()); ++s) {
+    const auto& sh = info.shards[s];
+    if (!local(sh, sh.model).empty() && !local(sh, sh.optimizer).empty()) mine.insert(s);
+  }
+  set_string(*cx.store, keys::resume_have(g, rank),
+             nlohmann::json{{"host", cx.host}, {"shards", mine}}.dump());
+  cx.store->add(keys::num_resume_have(g), 1);
+  const int world_size = layout.world_size();
+  const auto deadline = Clock::now() + cx.timeout;
+  while (cx.store->add(keys::num_resume_have(g), 0) < world_size) {
+    if (Clock::now() > deadline) {
+      throw CommError(fmt::format("not every rank said which shards of {} its host holds within "
+                                  "{} s",
+                                  where, cx.timeout.count() / 1000));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<std::set<int>> have(world_size), needed(world_size);
+  std::vector<std::string> hosts(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    const auto key = keys::resume_have(g, r);
+    const auto doc = nlohmann::json::parse(await(*cx.store, key, "a rank's shards"), nullptr, false);
+    if (!doc.is_object() || !doc.contains("shards") || !doc.at("shards").is_array()) {
+      throw InternalError(fmt::format("'{}' is not a list of shards: {}", key, doc.dump()));
+    }
+    hosts[r] = doc.value("host", std::string("?"));
+    for (const auto& s : doc.at("shards")) have[r].insert(s.get<int>());
+    needed[r] = runtime::layers_to_load(info, layout.layers_of(r));
+  }
+  const auto plan = plan_shard_fetches(info, have, needed, hosts, where);
+  int64_t bytes = 0;
+  const bool involved = std::any_of(plan.begin(), plan.end(), [&](const ShardFetch& f) {
+    return f.from == rank || f.to == rank;
+  });
+  if (involved) {
+    BW_CHECK(world != nullptr, "a shard fetch in a world of one rank");
+    bytes = fetch_shards(info, plan, rank, *world, local, fetched_dir);
+  }
+  auto found = [&](const runtime::ShardFiles& sh, const std::string& file) {
+    auto p = local(sh, file);
+    if (p.empty()) {
+      std::error_code ec;
+      const auto f = std::filesystem::path(fetched_dir) / file;
+      if (std::filesystem::exists(f, ec)) p = f.string();
+    }
+    return p;
+  };
+  auto ckpt = runtime::load_checkpoint_layers(info, where, found, layout.layers_of(rank));
+  std::error_code ec;
+  std::filesystem::remove_all(fetched_dir, ec);
+  if (bytes > 0) {
+    runtime::log(runtime::LogLevel::kInfo, "fetched {} of {}'s shards from peers",
+                 io::human_bytes(bytes), where);
+  }
+  return ckpt;
+}
+
 void run_generation(Context& cx, int g) {
   const auto doc = nlohmann::json::parse(await(*cx.store, keys::layout(g), "the layout"));
   const auto layout = runtime::layout_from_json(doc.at("layout"));
@@ -425,6 +506,11 @@ void run_generation(Context& cx, int g) {
     runtime::PhaseHook hook = [&cx](const char* phase) {
       if (cx.injector->at(cx.step, phase)) poison_gradients(cx.state->layer_map());
     };
+    // Shards on each host's own disk travel over the world before the worker takes it.
+    std::optional<runtime::LoadedCheckpoint> from_hosts;
+    if (!start.resume.empty() && cx.on_hosts && cx.store->check({keys::resume_manifest()})) {
+      from_hosts = load_resume_on_hosts(cx, g, rank, layout, world.get(), start.resume);
+    }
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
     if (!copies.empty() && worker.traced(first_step)) {  // the new generation's first step
@@ -433,7 +519,9 @@ void run_generation(Context& cx, int g) {
           {"STATE_TRANSFER", "state", begin, begin + static_cast<int64_t>(transfer_ms * 1000.0)});
     }
     const std::string& resume = start.resume;
-    if (!resume.empty() && !cx.via_store) {
+    if (from_hosts) {
+      worker.load_state(from_hosts->weights, &from_hosts->optimizer);
+    } else if (!resume.empty() && !cx.via_store && !cx.on_hosts) {
       auto ckpt = runtime::load_checkpoint(resume);
       worker.load_state(ckpt.weights, &ckpt.optimizer);
     } else if (!resume.empty()) {
@@ -489,14 +577,6 @@ int run_worker_process(const WorkerArgs& args) {
   try {
     cx.config = runtime::parse_run_config(await(*cx.store, keys::config(), "the config"),
                                           "the coordinator's config", {});
-    cx.via_store = await(*cx.store, keys::checkpoint_io(), "the checkpoint mode") != "files";
-    if (!cx.via_store) {
-      runtime::DirectorySinkOptions so;
-      so.async = cx.config.checkpoint.async;
-      so.host = runtime::host_name();
-      so.write_delay = runtime::write_delay_from_env();
-      cx.sink = runtime::make_directory_sink(so);
-    }
     cx.timeout = milliseconds(static_cast<int64_t>(cx.config.elastic.step_timeout_s * 1000.0));
     cx.store->setTimeout(cx.timeout);
     const auto period = milliseconds(std::clamp<int64_t>(
@@ -525,6 +605,19 @@ int run_worker_process(const WorkerArgs& args) {
     set_string(*cx.store, keys::worker_up(args.worker, args.incarnation), "1");
     int g = std::stoi(await(*cx.store, keys::worker_generation(args.worker, args.incarnation),
                             "a generation to join"));
+    // Set before generation 0 forms (a multi-host coordinator knows it once its agents have
+    // registered).
+    const auto io_mode = await(*cx.store, keys::checkpoint_io(), "the checkpoint mode");
+    cx.via_store = io_mode == "store";
+    cx.on_hosts = io_mode == "hosts";
+    cx.host = args.node_name.empty() ? runtime::host_name() : args.node_name;
+    if (!cx.via_store) {
+      runtime::DirectorySinkOptions so;
+      so.async = cx.config.checkpoint.async;
+      so.host = cx.host;
+      so.write_delay = runtime::write_delay_from_env();
+      cx.sink = runtime::make_directory_sink(so);
+    }
     while (true) {
       run_generation(cx, g);
       // Shards still being written are acknowledged when durable, from a later generation's

@@ -22,6 +22,7 @@ struct WorkerArgs {
   int device = 0;       // local device on the node
   int incarnation = 0;  // of the node's agent (a re-joined node counts up)
   std::string gloo_host = "127.0.0.1";  // this host's address for Gloo's connections
+  std::string node_name;  // its agent's --node-name (multi-host); "" = the host's name
   double connect_timeout_s = 60.0;
 };
 

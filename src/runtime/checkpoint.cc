@@ -266,7 +266,7 @@ SafetensorsFile read_safetensors(std::istream& in, int64_t file_bytes, const std
 
 }  // namespace
 
-void write_sidecar(const std::string& path, const CheckpointInfo& info) {
+Json sidecar_json(const CheckpointInfo& info) {
   Json files = Json::object();
   for (const auto& [name, d] : info.files) {
     files[name] = {{"bytes", d.bytes}, {"crc32c", crc32c_hex(d.crc32c)}};
@@ -292,7 +292,11 @@ void write_sidecar(const std::string& path, const CheckpointInfo& info) {
   doc["config"] = info.config_toml;
   doc["extra"] = info.extra;
   doc["files"] = files;
-  std::string text = doc.dump(2) + "\n";
+  return doc;
+}
+
+void write_sidecar(const std::string& path, const CheckpointInfo& info) {
+  std::string text = sidecar_json(info).dump(2) + "\n";
   write_atomically(path, /*sync=*/true,
                    [&](io::FileWriter& out) { out.write(text.data(), text.size()); });
 }

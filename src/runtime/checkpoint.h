@@ -75,6 +75,8 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
 // checks format and version (1 and 2 are read; version 1 has no "files"). Written durably
 // (tmp, fsync, rename, fsync of the directory).
 void write_sidecar(const std::string& path, const CheckpointInfo& info);
+// The sidecar's document, as write_sidecar writes it (parse_sidecar reads it back).
+nlohmann::json sidecar_json(const CheckpointInfo& info);
 CheckpointInfo read_sidecar(const std::string& path);
 // Path of `file` (as stored in a sidecar) relative to the sidecar's directory.
 std::string beside(const std::string& sidecar_path, const std::string& file);

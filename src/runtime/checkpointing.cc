@@ -22,6 +22,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "runtime/checkpoint_sink.h"  // host_name
 #include "runtime/fault_points.h"
 #include "runtime/log.h"
 #include "runtime/resume_check.h"
@@ -60,6 +61,16 @@ void remove_dir(const fs::path& p) {
   fs::remove_all(p, ec);
   if (ec) {
     throw ConfigError(fmt::format("cannot remove '{}': {}", p.string(), ec.message()));
+  }
+}
+
+void make_dir(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("cannot create checkpoint directory '{}' on host {}: {}; check "
+                                  "checkpoint.dir (or train.out_dir)",
+                                  p.string(), host_name(), ec.message()));
   }
 }
 
@@ -349,89 +360,158 @@ CheckpointInfo read_checkpoint_info(const std::string& sidecar_or_dir) {
   return info;
 }
 
+namespace {
+
+// A tensor file of checkpoint `where`, checked against the sidecar's record of it and its step.
+std::map<std::string, torch::Tensor> load_checked(const CheckpointInfo& info,
+                                                  const std::string& where,
+                                                  const std::string& path,
+                                                  const std::string& name) {
+  auto file = load_safetensors(path);
+  if (!info.files.empty()) {
+    const auto it = info.files.find(name);
+    if (it == info.files.end()) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' records no digest for {}; the sidecar was edited or damaged, resume "
+          "from another checkpoint",
+          where, name));
+    }
+    const FileDigest want = it->second;
+    if (file.digest != want) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}': {} has {} bytes with CRC-32C {} but the sidecar records {} bytes "
+          "with {}; the file does not belong to this checkpoint (damaged, or from another "
+          "write); resume from another checkpoint",
+          where, name, file.digest.bytes, crc32c_hex(file.digest.crc32c), want.bytes,
+          crc32c_hex(want.crc32c)));
+    }
+  }
+  if (auto it = file.metadata.find("step");
+      it != file.metadata.end() && it->second != std::to_string(info.step)) {
+    throw ConfigError(fmt::format(
+        "checkpoint '{}' says step {} but {} was written at step {}; the sidecar was edited or "
+        "belongs to another checkpoint",
+        where, info.step, name, it->second));
+  }
+  return std::move(file.tensors);
+}
+
+// The layers of a sharded checkpoint (version 3) into `out`: `wanted`, or every layer when
+// nullopt. A layer may be in several shards (checkpoint.replicas): each is read from the first
+// shard, in the manifest's order, whose files `locate` finds and that are whole and hold it. A
+// missing or damaged shard is passed over while each of its wanted layers is in another, and said
+// so; a wanted layer no whole shard holds is an error naming every copy tried.
+void load_shards(LoadedCheckpoint& out, const std::string& where, const ShardFileLocator& locate,
+                 const std::optional<std::set<int>>& wanted_layers) {
+  std::set<int> loaded;
+  std::map<int, std::vector<std::string>> tried;  // layer -> why each copy of it failed
+  std::vector<std::string> passed_over;           // the damaged shards, for the warning
+  for (const auto& sh : out.info.shards) {
+    std::set<int> wanted;
+    for (int l : sh.layers) {
+      if (!loaded.count(l) && (!wanted_layers || wanted_layers->count(l))) wanted.insert(l);
+    }
+    if (wanted.empty()) continue;  // a replica of layers already read, or none wanted
+    std::map<std::string, torch::Tensor> weights, optimizer;
+    try {
+      const auto model_path = locate(sh, sh.model), optimizer_path = locate(sh, sh.optimizer);
+      if (model_path.empty() || optimizer_path.empty()) {
+        throw ConfigError("its files are not on this host");
+      }
+      weights = load_checked(out.info, where, model_path, sh.model);
+      optimizer = load_checked(out.info, where, optimizer_path, sh.optimizer);
+    } catch (const ConfigError& e) {
+      const auto why =
+          fmt::format("shard {} (written on host {}): {}", sh.shard, sh.host, e.what());
+      for (int l : wanted) tried[l].push_back(why);
+      passed_over.push_back(why);
+      continue;
+    }
+    for (auto* part : {&weights, &optimizer}) {
+      auto& into = part == &weights ? out.weights : out.optimizer;
+      for (auto& [name, t] : *part) {
+        const int l = layer_of_tensor(name);
+        if (std::find(sh.layers.begin(), sh.layers.end(), l) == sh.layers.end()) {
+          throw ConfigError(fmt::format(
+              "checkpoint '{}': shard {} holds tensor '{}', of a layer its manifest entry does "
+              "not list; the manifest was edited or damaged, resume from another checkpoint",
+              where, sh.shard, name));
+        }
+        if (wanted.count(l)) into.emplace(name, std::move(t));
+      }
+    }
+    loaded.insert(wanted.begin(), wanted.end());
+  }
+  for (const auto& [l, why] : tried) {
+    if (!loaded.count(l)) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}': no whole copy of layer {} ({} tried: {}); resume from another "
+          "checkpoint",
+          where, l, why.size(), fmt::join(why, "; ")));
+    }
+  }
+  if (wanted_layers) {
+    for (int l : *wanted_layers) {
+      if (!loaded.count(l)) {
+        throw ConfigError(fmt::format(
+            "checkpoint '{}' has no shard holding layer {}; resume with the model it was written "
+            "for",
+            where, l));
+      }
+    }
+  }
+  for (const auto& why : passed_over) {
+    log(LogLevel::kWarn, "checkpoint '{}': {}; its layers were read from their replicas", where,
+        why);
+  }
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& sidecar_or_dir) {
   const std::string sidecar = resolve_sidecar(sidecar_or_dir);
   LoadedCheckpoint out;
   out.info = read_sidecar(sidecar);
   check_sidecar_fits(out.info, sidecar);
-  auto load = [&](const std::string& name) {
-    auto file = load_safetensors(beside(sidecar, name));
-    if (!out.info.files.empty()) {
-      const FileDigest want = out.info.files.at(name);
-      if (file.digest != want) {
-        throw ConfigError(fmt::format(
-            "checkpoint '{}': {} has {} bytes with CRC-32C {} but the sidecar records {} bytes "
-            "with {}; the file does not belong to this checkpoint (damaged, or from another "
-            "write); resume from another checkpoint",
-            sidecar, name, file.digest.bytes, crc32c_hex(file.digest.crc32c), want.bytes,
-            crc32c_hex(want.crc32c)));
-      }
-    }
-    if (auto it = file.metadata.find("step");
-        it != file.metadata.end() && it->second != std::to_string(out.info.step)) {
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' says step {} but {} was written at step {}; the sidecar was edited or "
-          "belongs to another checkpoint",
-          sidecar, out.info.step, name, it->second));
-    }
-    return std::move(file.tensors);
-  };
   if (out.info.shards.empty()) {
-    out.weights = load(out.info.weights);
-    out.optimizer = load(out.info.optimizer);
+    out.weights = load_checked(out.info, sidecar, beside(sidecar, out.info.weights),
+                               out.info.weights);
+    out.optimizer = load_checked(out.info, sidecar, beside(sidecar, out.info.optimizer),
+                                 out.info.optimizer);
   } else {
-    // A sharded checkpoint (version 3). A layer may be in several shards (checkpoint.replicas):
-    // each layer is read from the first shard, in the manifest's order, whose files are whole
-    // and hold it. A missing or damaged shard is passed over while every one of its layers is
-    // in another, and said so; a layer no whole shard holds is an error naming every copy tried.
-    std::set<int> loaded;
-    std::map<int, std::vector<std::string>> tried;  // layer -> why each copy of it failed
-    std::vector<std::string> passed_over;           // the damaged shards, for the warning
-    for (const auto& sh : out.info.shards) {
-      std::set<int> wanted;
-      for (int l : sh.layers) {
-        if (!loaded.count(l)) wanted.insert(l);
-      }
-      if (wanted.empty()) continue;  // a replica of layers already read
-      std::map<std::string, torch::Tensor> weights, optimizer;
-      try {
-        weights = load(sh.model);
-        optimizer = load(sh.optimizer);
-      } catch (const ConfigError& e) {
-        const auto why = fmt::format("shard {} (written on host {}): {}", sh.shard, sh.host, e.what());
-        for (int l : wanted) tried[l].push_back(why);
-        passed_over.push_back(why);
-        continue;
-      }
-      for (auto* part : {&weights, &optimizer}) {
-        auto& into = part == &weights ? out.weights : out.optimizer;
-        for (auto& [name, t] : *part) {
-          const int l = layer_of_tensor(name);
-          if (std::find(sh.layers.begin(), sh.layers.end(), l) == sh.layers.end()) {
-            throw ConfigError(fmt::format(
-                "checkpoint '{}': shard {} holds tensor '{}', of a layer its manifest entry does "
-                "not list; the manifest was edited or damaged, resume from another checkpoint",
-                sidecar, sh.shard, name));
-          }
-          if (wanted.count(l)) into.emplace(name, std::move(t));
-        }
-      }
-      loaded.insert(wanted.begin(), wanted.end());
-    }
-    for (const auto& [l, why] : tried) {
-      if (!loaded.count(l)) {
-        throw ConfigError(fmt::format(
-            "checkpoint '{}': no whole copy of layer {} ({} tried: {}); resume from another "
-            "checkpoint",
-            sidecar, l, why.size(), fmt::join(why, "; ")));
-      }
-    }
-    for (const auto& why : passed_over) {
-      log(LogLevel::kWarn, "checkpoint '{}': {}; its layers were read from their replicas", sidecar,
-          why);
-    }
+    load_shards(out, sidecar,
+                [&](const ShardFiles&, const std::string& name) { return beside(sidecar, name); },
+                std::nullopt);
   }
   fill_tied_copies(out, sidecar);
+  return out;
+}
+
+std::set<int> layers_to_load(const CheckpointInfo& info, const std::vector<int>& layers) {
+  std::set<int> out(layers.begin(), layers.end());
+  const auto& extra = info.extra;
+  if (!extra.is_object() || !extra.contains("tied") || !extra.at("tied").is_array()) return out;
+  for (const auto& group : extra.at("tied")) {
+    if (!group.is_array() || group.size() < 2 || !group[0].is_string()) continue;
+    bool needed = false;
+    for (size_t i = 1; i < group.size(); ++i) {
+      needed = needed || (group[i].is_string() &&
+                          out.count(layer_of_tensor(group[i].get<std::string>())) > 0);
+    }
+    if (needed) out.insert(layer_of_tensor(group[0].get<std::string>()));
+  }
+  return out;
+}
+
+LoadedCheckpoint load_checkpoint_layers(CheckpointInfo info, const std::string& where,
+                                        const ShardFileLocator& locate,
+                                        const std::vector<int>& layers) {
+  BW_CHECK(!info.shards.empty(), "load_checkpoint_layers of {}, which is not sharded", where);
+  check_sidecar_fits(info, where);
+  LoadedCheckpoint out;
+  out.info = std::move(info);
+  load_shards(out, where, locate, layers_to_load(out.info, layers));
+  fill_tied_copies(out, where);
   return out;
 }
 
@@ -494,7 +574,7 @@ const bool kKillHookInstalled = [] {
 
 }  // namespace
 
-std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
+std::string commit_checkpoint(const std::string& dir, CheckpointInfo info, bool files_here) {
   const fs::path staging = staging_dir(dir);
   BW_CHECK(!info.shards.empty(), "commit_checkpoint of {} without shards", dir);
   const auto kill = kill_at_commit_from_env();
@@ -502,7 +582,8 @@ std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
     return kill && kill->phase == phase && kill->steps == info.step;
   };
   if (kill_here(KillPhase::kBefore)) std::raise(SIGKILL);
-  for (const auto& sh : info.shards) {
+  if (!files_here) make_dir(staging);
+  for (const auto& sh : files_here ? info.shards : std::vector<ShardFiles>{}) {
     for (const auto& f : {sh.model, sh.optimizer}) {
       auto it = info.files.find(f);
       BW_CHECK(it != info.files.end(), "shard file {} has no digest", f);
@@ -531,6 +612,47 @@ std::string commit_checkpoint(const std::string& dir, CheckpointInfo info) {
                                                               : fs::path(dir).parent_path();
   remove_earlier_partials(parent, info.step);
   return (fs::path(dir) / kSidecar).string();
+}
+
+void publish_on_host(const std::string& root, const CheckpointInfo& info, const std::string& host) {
+  const fs::path dir = checkpoint_dir(root, static_cast<int>(info.step));
+  std::error_code ec;
+  if (fs::exists(dir / kSidecar, ec)) {
+    const auto there = read_sidecar((dir / kSidecar).string());
+    if (there == info) return;  // published already
+  }
+  const fs::path staging = staging_dir(dir.string());
+  std::set<std::string> mine;
+  for (const auto& sh : info.shards) {
+    if (sh.host == host) mine.insert({sh.model, sh.optimizer});
+  }
+  make_dir(staging);
+  for (const auto& e : fs::directory_iterator(staging, ec)) {
+    if (!mine.count(e.path().filename().string())) remove_dir(e.path());
+  }
+  write_sidecar((staging / kSidecar).string(), info);
+  publish(staging, dir);
+}
+
+int remove_partials_before_oldest(const std::string& root) {
+  int64_t oldest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (step_of(name) < 0 || name.find('.') != std::string::npos) continue;
+    if (!fs::exists(e.path() / kSidecar, ec)) continue;
+    if (oldest < 0 || step_of(name) < oldest) oldest = step_of(name);
+  }
+  if (oldest < 0) return 0;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_partial(name) && step_of(name) < oldest) {
+      remove_dir(e.path());
+      ++removed;
+    }
+  }
+  return removed;
 }
 
 int retain_checkpoints(const std::string& root, int keep) {

@@ -20,8 +20,10 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "model/gpt.h"
@@ -74,7 +76,22 @@ std::string shard_file(int shard, const char* kind);
 // publishes the staging directory as `dir` (see above), then removes the staging leftovers of
 // earlier steps. Returns the sidecar path. ConfigError, publishing nothing, when a shard file is
 // missing or has another size.
-std::string commit_checkpoint(const std::string& dir, CheckpointInfo info);
+// With files_here = false (shards on each host's own disk, checkpoint.dir not shared) the files are
+// not looked for: the workers' acknowledgements, sent after their fsyncs, are the evidence, and
+// only the manifest is written and published here.
+std::string commit_checkpoint(const std::string& dir, CheckpointInfo info, bool files_here = true);
+
+// On a host whose own disk holds shards of committed checkpoint `info` (under `root`, which is
+// not shared with the coordinator): publishes `{root}/checkpoint-{step}` with the manifest and
+// the shard files this host wrote (those the manifest names with host `host`; anything else in
+// the staging directory, left by an interrupted earlier run, is removed), creating it when the
+// host wrote none. Nothing when it is published already. Crash safe as commit_checkpoint.
+void publish_on_host(const std::string& root, const CheckpointInfo& info, const std::string& host);
+// Removes the staging (`.tmp`) and `.old` directories under `root` of steps before its oldest
+// published checkpoint; returns how many. On a host's own disk, where a staging directory of a
+// later step may hold a committed checkpoint whose publication was missed (a resume still finds
+// its shards there), only those older than everything kept go.
+int remove_partials_before_oldest(const std::string& root);
 
 // Removes the committed checkpoints under `root` beyond the newest `keep` (none when keep <= 0),
 // each sidecar first; returns how many were removed.
@@ -100,6 +117,21 @@ struct LoadedCheckpoint {
   std::map<std::string, torch::Tensor> weights;
   std::map<std::string, torch::Tensor> optimizer;
 };
+
+// Where a host finds a file of a shard (its name as the manifest records it): a path, or "" when
+// this host holds no copy of it.
+using ShardFileLocator =
+    std::function<std::string(const ShardFiles& shard, const std::string& file)>;
+// `layers` and the layers holding the primary of a tied copy among them: what loading `layers`
+// reads (the copies are filled in from their primary).
+std::set<int> layers_to_load(const CheckpointInfo& info, const std::vector<int>& layers);
+// Loads only `layers` (with layers_to_load's primaries) of the sharded checkpoint whose manifest
+// is `info` (`where` names it in messages), with every check of load_checkpoint; a shard the
+// locator does not find counts as a missing copy. For a worker whose host holds only some of the
+// shards (checkpoint.dir on each host's own disk).
+LoadedCheckpoint load_checkpoint_layers(CheckpointInfo info, const std::string& where,
+                                        const ShardFileLocator& locate,
+                                        const std::vector<int>& layers);
 // Tied matrices are stored once (ModelState::parameters_of): the sidecar's extra["tied"] lists
 // each tied group's checkpoint names, [[primary, copy, ...], ...]; absent when the model has
 // no ties. tied_record(model) is that list, or null for an untied model.

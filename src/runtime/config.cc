@@ -214,12 +214,15 @@ std::vector<Section> build_schema() {
       {"checkpoint",
        {make("dir", &R::checkpoint, &CheckpointConfig::dir,
              "root of the checkpoint-NNNNNN directories; \"\" = train.out_dir (every worker "
-             "writes its shard there: in a multi-host run, a filesystem every host sees)"),
+             "writes its shard there: in a multi-host run, a filesystem every host sees or each "
+             "host's own disk)"),
         make("keep", &R::checkpoint, &CheckpointConfig::keep,
              "committed checkpoints kept, newest first; 0 = all"),
         make("replicas", &R::checkpoint, &CheckpointConfig::replicas,
              "extra copies of every layer in each checkpoint, each written by a worker of another "
-             "pipeline (another node) from the state it holds; at most the pipelines minus one"),
+             "pipeline (another node) from the state it holds; at most the pipelines minus one; "
+             "-1 = 1 where checkpoint.dir is each host's own disk and there are two pipelines or "
+             "more, else 0"),
         make("async", &R::checkpoint, &CheckpointConfig::async,
              "snapshot the state at the step boundary and write it in the background (false: "
              "write before the next step)")}},

@@ -126,8 +126,10 @@ struct CheckpointConfig {
   int keep = 0;       // committed checkpoints kept, newest first; 0 = all
   // Extra copies of every layer, each written by a worker of another pipeline (so on another
   // node) from the state it already holds: no bytes cross the network. At most the number of
-  // pipelines minus one.
-  int replicas = 0;
+  // pipelines minus one. kAutoReplicas: 1 where checkpoint.dir is each host's own disk and the
+  // plan has two pipelines or more, else 0 (resolved by the coordinator).
+  static constexpr int kAutoReplicas = -1;
+  int replicas = kAutoReplicas;
   bool async = true;  // snapshot at the step boundary, write in the background
   bool operator==(const CheckpointConfig&) const = default;
 };

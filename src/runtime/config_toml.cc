@@ -255,7 +255,7 @@ void validate(const RunConfig& c) {
   require(!t.out_dir.empty(), "train.out_dir", "a directory", "\"\"");
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(c.checkpoint.keep, 0, "checkpoint.keep");
-  at_least(c.checkpoint.replicas, 0, "checkpoint.replicas");
+  at_least(c.checkpoint.replicas, CheckpointConfig::kAutoReplicas, "checkpoint.replicas");
   at_least(t.log_every, 1, "train.log_every");
   in_range(t.sample_tokens, 0, kMaxSampleTokens, "train.sample_tokens");
   require(t.nonfinite == "stop" || t.nonfinite == "skip", "train.nonfinite", "\"stop\" or \"skip\"",

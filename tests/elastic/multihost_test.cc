@@ -24,6 +24,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -159,7 +160,7 @@ const std::string& reference(int nodes, int steps, const std::string& model = "t
 // `got_dir`'s run (which may have resumed at `first_step`) against the failure-free run in
 // `want_dir`: the same samples and losses at every step it ran, and the final state.
 void expect_same_run(const std::string& got_dir, const std::string& want_dir, int steps,
-                     int first_step = 0) {
+                     int first_step = 0, const std::string& got_checkpoint = "") {
   const auto got = read_metrics(got_dir), want = read_metrics(want_dir);
   ASSERT_EQ(got.steps.size(), want.steps.size() - first_step);
   const auto tol = bw::testing::fp32_same_training(steps, kLr);
@@ -170,7 +171,8 @@ void expect_same_run(const std::string& got_dir, const std::string& want_dir, in
     const double lw = w.at("loss"), lg = got.steps[i].at("loss");
     EXPECT_NEAR(lg, lw, tol.loss_rel * std::abs(lw)) << "step " << i + first_step;
   }
-  const auto a = runtime::load_checkpoint(runtime::checkpoint_dir(got_dir, steps));
+  const auto a = runtime::load_checkpoint(
+      got_checkpoint.empty() ? runtime::checkpoint_dir(got_dir, steps) : got_checkpoint);
   const auto b = runtime::load_checkpoint(runtime::checkpoint_dir(want_dir, steps));
   for (const auto* maps : {&b.weights, &b.optimizer}) {
     const auto& other = maps == &b.weights ? a.weights : a.optimizer;
@@ -204,7 +206,8 @@ struct Cluster {
   // An agent (and its workers) with a private runs() directory; `setup` as for private_line.
   NsProcess& start_agent(int host, const std::string& token, bool with_token = true,
                          const std::string& setup = "") {
-    std::vector<std::pair<std::string, std::string>> env;
+    // The workers' info lines too (they log at BW_LOG_LEVEL).
+    std::vector<std::pair<std::string, std::string>> env = {{"BW_LOG_LEVEL", "info"}};
     if (with_token) env.emplace_back("BW_RUN_TOKEN", token);
     agents.push_back(std::make_unique<NsProcess>(
         hosts.host(host),
@@ -572,6 +575,148 @@ TEST(Checkpoints, NeedNoSharedFilesystemAndResumeBothWays) {
   ASSERT_EQ(b.coordinator->wait(kDeadlineS), 0) << b.logs();
   for (auto& p : b.agents) EXPECT_EQ(p->wait(20), 0) << b.logs();
   expect_same_run(b.out_dir, x, steps, 3);
+}
+
+// A committed checkpoint whose shards are on several hosts' own disks, gathered as a user would
+// (the manifest from `manifest_dir`, each shard file from whichever host directory holds it) into
+// `out`, which then loads as one directory.
+std::string gather_checkpoint(const std::string& manifest_dir,
+                              const std::vector<std::string>& host_dirs, const std::string& out) {
+  fs::remove_all(out);
+  fs::create_directories(out);
+  fs::copy_file(fs::path(manifest_dir) / "checkpoint.json", fs::path(out) / "checkpoint.json");
+  for (const auto& d : host_dirs) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      const auto to = fs::path(out) / e.path().filename();
+      if (!fs::exists(to)) fs::copy_file(e.path(), to);
+    }
+  }
+  return out;
+}
+
+// checkpoint.dir on each host's own disk (no shared filesystem; docs/checkpoints.md "Each host's
+// own disk"): a 3-host run on a [1,2] plan (checkpoint.replicas at its default, which is 1 there)
+// writes every shard where its worker is and commits a manifest on the coordinator's disk, which
+// holds no shard byte.
+// Then host 1 is gone with its disk (the first copy of every layer), and a 2-host run resumed
+// from the manifest on a [1,1] plan loads what each host holds and fetches the rest from the
+// other over Gloo: it ends where the one-host failure-free run ends.
+TEST(Checkpoints, OnEachHostsOwnDiskSurviveTheLossOfAHostAndItsDisk) {
+  SKIP_WITHOUT_NETNS();
+  const int steps = 6;
+  const std::vector<std::string> common = {"--train.checkpoint_every=3",
+                                           "--elastic.heartbeat_timeout_s=5",
+                                           "--pipeline.schedule=1f1b"};
+  const auto x_out = (fs::path(runs()) / "own_disk_reference").string();
+  {
+    std::vector<std::string> args = {"train", "--quiet"};
+    for (auto& a : config_args(3, steps, x_out)) args.push_back(a);
+    for (auto& a : common) args.push_back(a);
+    args.push_back("--pipeline.pipelines=[1,2]");
+    const auto r = testing::run_cli(args, x_out + ".log", kDeadlineS);
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  // The same path on every host; each agent's is its own directory, bind-mounted there.
+  const auto disk = (fs::path(runs()) / "own_disk").string();
+  const auto disks = fs::path(dir()) / "host_disks";
+  auto host_disk = [&](int h) { return (disks / fmt::format("host{}", h)).string(); };
+  fs::remove_all(disk);
+  fs::remove_all(disks);
+  for (int h = 1; h <= 3; ++h) fs::create_directories(host_disk(h));
+  auto mount_disk = [&](int h) {
+    return fmt::format("mkdir -p '{}' && mount --bind '{}' '{}'", disk, host_disk(h), disk);
+  };
+  auto shard_files = [](const std::string& d) {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      const auto name = e.path().filename().string();
+      if (name.rfind("shard-", 0) == 0) out.insert(name);
+    }
+    return out;
+  };
+  std::string a_out;
+  {
+    Cluster a(3, "own_disk_three_hosts");
+    ASSERT_TRUE(a.hosts.ok());
+    a_out = a.out_dir;
+    auto extra = common;
+    // checkpoint.replicas is left at its default: one copy on another node here.
+    extra.insert(extra.end(), {"--pipeline.pipelines=[1,2]", "--checkpoint.dir=" + disk});
+    a.start_coordinator(3, steps, extra);
+    for (int h = 1; h <= 3; ++h) a.start_agent(h, kToken, true, mount_disk(h));
+    ASSERT_EQ(a.coordinator->wait(kDeadlineS), 0) << a.logs();
+    for (auto& p : a.agents) EXPECT_EQ(p->wait(20), 0) << a.logs();
+    EXPECT_NE(read_text(a.log("coordinator")).find("each host's own disk"), std::string::npos)
+        << a.logs();
+  }
+  const auto a3 = runtime::checkpoint_dir(disk, 3);
+  const auto info = runtime::read_checkpoint_info(a3);
+  ASSERT_EQ(info.shards.size(), 3u);  // node 0 whole, then pipeline 1's two stages
+  // The coordinator's disk holds the manifest only; each host published its own shards with it.
+  EXPECT_TRUE(shard_files(a3).empty());
+  for (int h = 1; h <= 3; ++h) {
+    const auto here = runtime::checkpoint_dir(host_disk(h), 3);
+    EXPECT_TRUE(fs::exists(fs::path(here) / "checkpoint.json")) << here;
+    std::set<std::string> want;
+    for (const auto& sh : info.shards) {
+      if (sh.host == fmt::format("host{}", h)) want.insert({sh.model, sh.optimizer});
+    }
+    EXPECT_FALSE(want.empty()) << "host" << h;
+    EXPECT_EQ(shard_files(here), want) << here;
+  }
+  {  // A's run matches the reference, step by step and in its final state.
+    std::vector<std::string> finals;
+    for (int h = 1; h <= 3; ++h) finals.push_back(runtime::checkpoint_dir(host_disk(h), steps));
+    const auto got = gather_checkpoint(runtime::checkpoint_dir(disk, steps), finals,
+                                       (fs::path(dir()) / "own_disk_a_final").string());
+    expect_same_run(a_out, x_out, steps, 0, got);
+  }
+  // Host 1 and its disk are gone: it held the whole model, the manifest's first copy of every
+  // layer.
+  EXPECT_EQ(info.shards[0].host, "host1");
+  fs::remove_all(host_disk(1));
+  Cluster b(3, "own_disk_resumed");
+  ASSERT_TRUE(b.hosts.ok());
+  auto extra = common;
+  extra.insert(extra.end(),
+               {"--pipeline.pipelines=[1,1]", "--checkpoint.dir=" + disk, "--train.resume=" + a3});
+  b.start_coordinator(2, steps, extra);
+  for (int h = 2; h <= 3; ++h) b.start_agent(h, kToken, true, mount_disk(h));
+  ASSERT_EQ(b.coordinator->wait(kDeadlineS), 0) << b.logs();
+  for (auto& p : b.agents) EXPECT_EQ(p->wait(20), 0) << b.logs();
+  // Each pipeline runs every layer and each host held half of them: both fetched.
+  for (size_t i = 0; i < b.agents.size(); ++i) {
+    EXPECT_NE(read_text(b.log(fmt::format("agent{}", i))).find("from peers"), std::string::npos)
+        << b.logs();
+  }
+  const auto got = gather_checkpoint(
+      runtime::checkpoint_dir(disk, steps),
+      {runtime::checkpoint_dir(host_disk(2), steps), runtime::checkpoint_dir(host_disk(3), steps)},
+      (fs::path(dir()) / "own_disk_b_final").string());
+  expect_same_run(b.out_dir, x_out, steps, 3, got);
+}
+
+// A checkpoint.dir that some host cannot write is refused at its registration (the agent exits 2)
+// with one error naming the directory and the host, before any step.
+TEST(Checkpoints, ACheckpointDirAHostCannotWriteIsRefusedNamingTheHost) {
+  SKIP_WITHOUT_NETNS();
+  const auto disk = (fs::path(runs()) / "read_only_disk").string();
+  Cluster c(2, "read_only_disk");
+  ASSERT_TRUE(c.hosts.ok());
+  c.start_coordinator(2, 2, {"--checkpoint.dir=" + disk}, /*wait_s=*/4);
+  auto& good = c.start_agent(1, kToken);
+  auto& read_only = c.start_agent(
+      2, kToken, true, fmt::format("mkdir -p '{}' && mount -t tmpfs -o ro bw-ro '{}'", disk, disk));
+  EXPECT_EQ(read_only.wait(30), 2) << c.logs();
+  EXPECT_EQ(c.coordinator->wait(30), 3) << c.logs();
+  EXPECT_GE(good.wait(30), 0);
+  const auto log = read_text(c.log("coordinator"));
+  EXPECT_NE(log.find(fmt::format("checkpoint.dir '{}' cannot be written on host 'host2'", disk)),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("refused agent 'host1'"), std::string::npos) << log;
 }
 
 // The corpus is read on every host: a host whose copy differs, or that has none, is refused at

@@ -18,12 +18,14 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "checkpoint_runs.h"
 #include "cli_runner.h"
+#include "core/error.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpointing.h"
 
@@ -348,6 +350,101 @@ TEST(AsyncCheckpoint, AFullDiskEndsTheRunWithTheLastCheckpointWhole) {
   ASSERT_EQ(newest, 1) << output;
   EXPECT_NO_THROW(load_checkpoint(sidecar));
   EXPECT_FALSE(fs::exists(checkpoint_dir(kept, 2))) << "a checkpoint that did not fit was published";
+}
+
+}  // namespace
+}  // namespace bw::runtime
+
+namespace bw::runtime {
+namespace {
+
+// What a host whose own disk holds only some shards does with them (checkpoint.dir not shared):
+// load_checkpoint_layers reads just the layers it runs (a tied copy's primary with them) from the
+// shards its locator finds, each tensor equal to the whole checkpoint's; publish_on_host publishes
+// that host's shards with the manifest and nothing else; remove_partials_before_oldest keeps the
+// staging directories of later steps.
+TEST(AsyncCheckpoint, AHostLoadsItsLayersFromTheShardsItHoldsAndPublishesThem) {
+  const std::vector<std::string> plan = {"--devices=3", "--pipeline.pipelines=[1,2]",
+                                         "--pipeline.schedule=1f1b", "--model.tie_embeddings=true",
+                                         "--train.checkpoint_every=2", "--checkpoint.replicas=1"};
+  const auto run = train("own_disk_layers", 4, plan);
+  ASSERT_EQ(run.status, 0) << run.log;
+  const auto ckpt = checkpoint_dir(run.out_dir, 2);
+  const auto info = read_checkpoint_info(ckpt);
+  const auto whole = load_checkpoint(ckpt);
+  ASSERT_TRUE(info.extra.contains("tied")) << "the model must tie a matrix for this test";
+  int num_layers = 0;
+  for (const auto& sh : info.shards) {
+    for (int l : sh.layers) num_layers = std::max(num_layers, l + 1);
+  }
+  // Shard 0 (the whole model, pipeline 0) is not on this host.
+  const ShardFileLocator without_shard0 = [&](const ShardFiles& sh, const std::string& file) {
+    return sh.shard == 0 ? std::string() : (fs::path(ckpt) / file).string();
+  };
+  for (const std::vector<int>& layers : std::vector<std::vector<int>>{{num_layers - 1}, {0, 1}}) {
+    const auto part = load_checkpoint_layers(info, ckpt, without_shard0, layers);
+    const auto loads = layers_to_load(info, layers);
+    int compared = 0;
+    for (const auto& [name, t] : whole.weights) {
+      const int l = std::stoi(name.substr(7));
+      const bool wanted = std::find(layers.begin(), layers.end(), l) != layers.end();
+      if (!wanted) continue;
+      ASSERT_TRUE(part.weights.count(name)) << name;
+      EXPECT_TRUE(torch::equal(part.weights.at(name), t)) << name;
+      ++compared;
+    }
+    EXPECT_GT(compared, 0);
+    std::set<std::string> copies;  // tied copies, filled in from their primary wherever it is
+    for (const auto& group : info.extra.at("tied")) {
+      for (size_t i = 1; i < group.size(); ++i) copies.insert(group[i].get<std::string>());
+    }
+    for (const auto& [name, t] : part.weights) {
+      const int l = std::stoi(name.substr(7));
+      EXPECT_TRUE(loads.count(l) || copies.count(name)) << name << " was read but not asked for";
+    }
+  }
+  // The last layer's tied copy needs its primary's layer.
+  EXPECT_TRUE(layers_to_load(info, {num_layers - 1}).count(0));
+  // A host with no copy of a layer: one error naming the copies tried.
+  const ShardFileLocator nothing = [](const ShardFiles&, const std::string&) { return ""; };
+  try {
+    load_checkpoint_layers(info, ckpt, nothing, {1});
+    ADD_FAILURE() << "loaded from no files";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no whole copy of layer 1"), std::string::npos) << e.what();
+  }
+
+  // publish_on_host: this host ("b") wrote shard 1; a stray file of an earlier run goes.
+  auto hosts_info = info;
+  for (auto& sh : hosts_info.shards) sh.host = sh.shard == 1 ? "b" : "a";
+  const auto root = (fs::path(work_dir()) / "own_disk_host_b").string();
+  fs::remove_all(root);
+  const auto staging = staging_dir(checkpoint_dir(root, 2));
+  fs::create_directories(staging);
+  for (const auto& f : {hosts_info.shards[1].model, hosts_info.shards[1].optimizer}) {
+    fs::copy_file(fs::path(ckpt) / f, fs::path(staging) / f);
+  }
+  std::ofstream(fs::path(staging) / shard_file(9, "model")) << "stray";
+  fs::create_directories(staging_dir(checkpoint_dir(root, 1)));  // a dropped earlier checkpoint
+  fs::create_directories(staging_dir(checkpoint_dir(root, 4)));  // the next one, being written
+  publish_on_host(root, hosts_info, "b");
+  publish_on_host(root, hosts_info, "b");  // again: nothing to do
+  const auto published = checkpoint_dir(root, 2);
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(published)) files.insert(e.path().filename().string());
+  EXPECT_EQ(files, (std::set<std::string>{"checkpoint.json", hosts_info.shards[1].model,
+                                          hosts_info.shards[1].optimizer}));
+  EXPECT_EQ(read_checkpoint_info(published), hosts_info);
+  EXPECT_EQ(remove_partials_before_oldest(root), 1);
+  EXPECT_FALSE(fs::exists(staging_dir(checkpoint_dir(root, 1))));
+  EXPECT_TRUE(fs::exists(staging_dir(checkpoint_dir(root, 4))));
+  // A host that wrote none of the shards gets the manifest alone.
+  const auto root_c = (fs::path(work_dir()) / "own_disk_host_c").string();
+  fs::remove_all(root_c);
+  publish_on_host(root_c, hosts_info, "c");
+  EXPECT_TRUE(fs::exists(fs::path(checkpoint_dir(root_c, 2)) / "checkpoint.json"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(checkpoint_dir(root_c, 2)), fs::directory_iterator{}),
+            1);
 }
 
 }  // namespace
