@@ -8,6 +8,12 @@
 //        merge, merged files and sidecar fsynced, staging directory fsynced and published whole
 //   load the new load_checkpoint (CRC of every file, checked) vs the old loader's reads of the
 //        same tensors with no checksum
+//   4 writers  the sink's path: 4 workers' shards written in parallel (one DirectorySink each, its
+//        background thread encoding, CRC-ing, writing and fsyncing), then the manifest committed
+//        (runtime::commit_checkpoint); against the coordinator merge of the store path (multi-host
+//        runs without checkpoint.dir): the 4 shards' bytes written into the staging directory one
+//        after the other, as the coordinator receives them, then merge_shards. The store transfer
+//        and the workers' encoding, which the merge path also pays, are left out of it.
 // One model's checkpoint is its parameters (model::build_layer for every layer) and AdamW state
 // (exp_avg, exp_avg_sq, step), split over 2 ranks as the runtime writes it. Medians of N trials;
 // the page cache is flushed (sync) but not dropped before each measurement, so writes start clean
@@ -19,6 +25,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -26,6 +34,7 @@
 
 #include "bench_util.h"
 #include "model/gpt.h"
+#include "runtime/checkpoint_sink.h"
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
 
@@ -99,17 +108,22 @@ int64_t load_old(const std::string& path) {
 }
 
 struct Shards {
-  NamedTensors params[2], optim[2];
+  std::vector<NamedTensors> params, optim;
+  std::vector<std::vector<int>> layers;
   int64_t bytes = 0;
 };
 
-Shards make_shards(const std::string& model_name) {
+Shards make_shards(const std::string& model_name, int ranks = 2) {
   // As trained: byte-level text for the small models, GPT-2 tokens for gpt2-124m.
   const auto cfg = bw::model::named_config(model_name, model_name == "gpt2-124m" ? 50257 : 256);
   Shards s;
+  s.params.resize(ranks);
+  s.optim.resize(ranks);
+  s.layers.resize(ranks);
   const int layers = bw::model::num_layers(cfg);
   for (int l = 0; l < layers; ++l) {
-    const int r = l < layers / 2 ? 0 : 1;
+    const int r = l * ranks / layers;
+    s.layers[r].push_back(l);
     auto layer = bw::model::build_layer(cfg, l, 1);
     for (const auto& [name, p] : layer->parameter_list()) {
       const auto key = bw::runtime::checkpoint_tensor_name(l, name);
@@ -149,6 +163,83 @@ bw::runtime::CheckpointInfo info() {
   i.next_sample = 32;
   i.config_toml = bw::runtime::to_toml(bw::runtime::RunConfig{});
   return i;
+}
+
+// The sink's path: every shard written in parallel by its own sink, then the manifest.
+void write_parallel(const std::string& dir, const Shards& s) {
+  const int ranks = static_cast<int>(s.params.size());
+  std::vector<std::unique_ptr<bw::runtime::CheckpointSink>> sinks;
+  for (int r = 0; r < ranks; ++r) {
+    bw::runtime::DirectorySinkOptions o;
+    o.host = "bench";
+    sinks.push_back(bw::runtime::make_directory_sink(o));
+  }
+  for (int r = 0; r < ranks; ++r) sinks[r]->save(dir, 1, r, s.layers[r], s.params[r], s.optim[r]);
+  auto i = info();
+  for (auto& sink : sinks) {
+    bw::runtime::drain_all(*sink, std::chrono::minutes(10), [&](auto durable) {
+      for (auto& d : durable) {
+        i.shards.push_back(d.files);
+        for (auto& [name, digest] : d.digests) i.files[name] = digest;
+      }
+    });
+  }
+  bw::runtime::commit_checkpoint(dir, i);
+}
+
+// The store path's coordinator: each shard's bytes (as uploaded) written into the staging
+// directory in turn, then merged.
+void write_merged(const std::string& dir, const std::vector<std::string>& model_bytes,
+                  const std::vector<std::string>& optim_bytes) {
+  const auto staging = bw::runtime::staging_dir(dir);
+  fs::create_directories(staging);
+  for (size_t r = 0; r < model_bytes.size(); ++r) {
+    for (const auto& [kind, bytes] : {std::pair{"model", &model_bytes[r]},
+                                      std::pair{"optimizer", &optim_bytes[r]}}) {
+      std::ofstream out(fs::path(staging) / bw::runtime::shard_file(static_cast<int>(r), kind),
+                        std::ios::binary);
+      out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    }
+  }
+  bw::runtime::merge_shards(dir, static_cast<int>(model_bytes.size()), info());
+}
+
+void parallel_vs_merge(const std::string& base, const std::vector<std::string>& models,
+                       int trials) {
+  constexpr int kWriters = 4;
+  fmt::print("\n{} writers in parallel (the sink, then the manifest) vs the coordinator's merge of "
+             "the same shards, median of {} trials\n",
+             kWriters, trials);
+  fmt::print("{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}\n", "model", "state MiB",
+             "merge s", "merge MB/s", "4 sinks s", "sinks MB/s", "speedup");
+  for (const auto& m : models) {
+    const Shards s = make_shards(m, kWriters);
+    std::vector<std::string> model_bytes, optim_bytes;
+    for (int r = 0; r < kWriters; ++r) {
+      const std::map<std::string, std::string> meta = {{"format", "breakwater"}, {"step", "1"}};
+      model_bytes.push_back(bw::runtime::encode_safetensors(s.params[r], meta));
+      optim_bytes.push_back(bw::runtime::encode_safetensors(s.optim[r], meta));
+    }
+    std::vector<double> merge, parallel;
+    for (int t = 0; t < trials; ++t) {
+      const std::string d_merge = fmt::format("{}/{}-merge/checkpoint-{:06d}", base, m, t + 1);
+      const std::string d_par = fmt::format("{}/{}-par/checkpoint-{:06d}", base, m, t + 1);
+      auto a = [&] { merge.push_back(seconds([&] { write_merged(d_merge, model_bytes, optim_bytes); })); };
+      auto b = [&] { parallel.push_back(seconds([&] { write_parallel(d_par, s); })); };
+      if (t % 2 == 0) {
+        a();
+        b();
+      } else {
+        b();
+        a();
+      }
+      fs::remove_all(fs::path(d_merge).parent_path());
+      fs::remove_all(fs::path(d_par).parent_path());
+    }
+    const double mb = s.bytes / 1e6, ms = median(merge), ps = median(parallel);
+    fmt::print("{:<10} {:>10.1f} {:>10.3f} {:>10.0f} {:>10.3f} {:>10.0f} {:>7.2f}\n", m,
+               s.bytes / 1048576.0, ms, mb / ms, ps, mb / ps, ms / ps);
+  }
 }
 
 }  // namespace
@@ -209,6 +300,7 @@ int main(int argc, char** argv) {
     fmt::print("{:<10} {:>10.1f} {:>9.3f} {:>9.3f} {:>7.2f} {:>10.3f} {:>10.3f} {:>7.2f}\n", m,
                s.bytes / 1048576.0, ow, nw, nw / ow, orr, nr, nr / orr);
   }
+  parallel_vs_merge(base, models, trials);
   fs::remove_all(base);
   return 0;
 }
