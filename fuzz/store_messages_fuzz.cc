@@ -63,8 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       // The coordinator's messages: what decodes encodes back to itself.
       case 8: {
-        const auto d = decode_decision(value, "g0/decision/0");
-        if (decode_decision(encode_decision(d), "again") != d) std::abort();
+        bool checkpoint = false;
+        bool again = false;
+        const auto d = decode_decision(value, "g0/decision/0", &checkpoint);
+        if (decode_decision(encode_decision(d, checkpoint), "again", &again) != d ||
+            again != checkpoint) {
+          std::abort();
+        }
         break;
       }
       case 9: {

@@ -795,6 +795,7 @@ void run_single_process(RunSetup& setup, RunReport& report) {
                                worker.owned_optimizer_state());
   };
   auto t_prev = SteadyClock::now();
+  std::optional<SteadyClock::time_point> last_checkpoint;  // checkpoint.every_s
   for (int step = setup.first_step; step < steps; ++step) {
     cur_step = step;
     auto prepared = worker.prepare(step);
@@ -819,7 +820,18 @@ void run_single_process(RunSetup& setup, RunReport& report) {
       throw Interrupted(fmt::format("stopped at step {} on request; wrote {}; {}", step + 1,
                                     sidecar, resume_hint(sidecar)));
     }
-    if (runtime::checkpoint_due(config.train, step)) write_checkpoint(step + 1);
+    // Every checkpoint_every steps, the last one, or checkpoint.every_s after the last (timed
+    // from the first step's end), as the supervisor decides for worker processes.
+    bool checkpoint = runtime::checkpoint_due(config.train, step);
+    if (config.checkpoint.every_s > 0) {
+      const auto now = SteadyClock::now();
+      if (!last_checkpoint) last_checkpoint = now;
+      checkpoint = checkpoint ||
+                   std::chrono::duration<double>(now - *last_checkpoint).count() >=
+                       config.checkpoint.every_s;
+      if (checkpoint) last_checkpoint = now;
+    }
+    if (checkpoint) write_checkpoint(step + 1);
     commit(sink->take_durable());
     StepSummary s;
     s.step = step;
@@ -860,6 +872,7 @@ SupervisorOptions supervisor_options(const RunSetup& setup) {
   so.rebalance_gain = config.elastic.rebalance_gain;
   so.rebalance_window = config.elastic.slow_window;
   so.step_timeout_ms = config.elastic.step_timeout_s * 1000;
+  so.checkpoint_every_ms = config.checkpoint.every_s * 1000;
   so.heartbeat_timeout_ms = config.elastic.heartbeat_timeout_s * 1000;
   // Remote agents come back by themselves (after rejoin_after_s of their own).
   so.rejoin_after_ms = setup.remote ? 0 : config.elastic.rejoin_after_s * 1000;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <limits>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "elastic/keys.h"
@@ -197,7 +198,8 @@ Registration decode_registration(const std::string& text, const std::string& key
   return r;
 }
 
-std::string encode_decision(Decision decision) {
+namespace {
+std::string decision_word(Decision decision) {
   switch (decision) {
     case Decision::kCommit:
       return "commit";
@@ -210,13 +212,31 @@ std::string encode_decision(Decision decision) {
   }
   return "abort";
 }
+constexpr std::string_view kCheckpointSuffix = "+checkpoint";
+}  // namespace
 
-Decision decode_decision(const std::string& text, const std::string& key) {
-  for (auto d : {Decision::kCommit, Decision::kSkip, Decision::kLast, Decision::kAbort}) {
-    if (text == encode_decision(d)) return d;
+std::string encode_decision(Decision decision, bool checkpoint) {
+  BW_CHECK(!(checkpoint && decision == Decision::kAbort), "an aborted step has no checkpoint");
+  return decision_word(decision) + (checkpoint ? std::string(kCheckpointSuffix) : std::string());
+}
+
+Decision decode_decision(const std::string& text, const std::string& key, bool* checkpoint) {
+  std::string word = text;
+  bool ckpt = false;
+  if (word.size() > kCheckpointSuffix.size() && word.ends_with(kCheckpointSuffix)) {
+    word.resize(word.size() - kCheckpointSuffix.size());
+    ckpt = true;
   }
-  throw ConfigError(fmt::format("{}: '{}' is not a decision (commit, skip, last or abort)",
-                                where(key), text.substr(0, 40)));
+  for (auto d : {Decision::kCommit, Decision::kSkip, Decision::kLast, Decision::kAbort}) {
+    if (word == decision_word(d) && !(ckpt && d == Decision::kAbort)) {
+      if (checkpoint) *checkpoint = ckpt;
+      return d;
+    }
+  }
+  throw ConfigError(fmt::format(
+      "{}: '{}' is not a decision (commit, skip, last or abort, the first three optionally with "
+      "+checkpoint)",
+      where(key), text.substr(0, 40)));
 }
 
 std::string encode_start(const Start& start) {

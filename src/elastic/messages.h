@@ -113,8 +113,12 @@ RegistrationReply decode_registration_reply(const std::string& text, const std::
 // apply a step only on this message. Text: "commit" | "skip" (not finite: no update anywhere) |
 // "last" (commit, then the generation ends) | "abort" (no update; the generation ends).
 enum class Decision { kCommit, kSkip, kLast, kAbort };
-std::string encode_decision(Decision decision);
-Decision decode_decision(const std::string& text, const std::string& key);
+// With `checkpoint` (not for abort) the text gains "+checkpoint": every rank saves its shard of
+// the state after this step (the coordinator's time-based interval, checkpoint.every_s, or
+// train.checkpoint_every).
+std::string encode_decision(Decision decision, bool checkpoint = false);
+Decision decode_decision(const std::string& text, const std::string& key,
+                         bool* checkpoint = nullptr);
 
 // A layer's state moving between workers when a generation forms: worker `from` sends the flat
 // values [begin, end) of `layer` to worker `to`; no range = the whole layer.

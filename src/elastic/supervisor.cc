@@ -486,8 +486,17 @@ void Supervisor::poll_run() {
     std::optional<Split> rebalance;
     if (!skip && !last_step && !halt && joiners_.empty()) rebalance = judge_rebalance(rec);
     const bool join = (!joiners_.empty() || halt || rebalance) && !last_step && !skip;
+    // A checkpoint after this step: every checkpoint_every steps, the last one, or when
+    // checkpoint.every_s has passed since the last (timed from the run's first commit).
+    bool checkpoint = runtime::checkpoint_due(train, committed_);
+    if (opt_.checkpoint_every_ms > 0) {
+      if (last_checkpoint_ms_ < 0) last_checkpoint_ms_ = now;
+      checkpoint = checkpoint || now - last_checkpoint_ms_ >= opt_.checkpoint_every_ms;
+      if (checkpoint) last_checkpoint_ms_ = now;
+    }
     set_string(*store_, keys::decision(g_, committed_),
-               encode_decision(skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit));
+               encode_decision(skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit,
+                               checkpoint));
     rec.skipped = skip;
     rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;
@@ -497,7 +506,7 @@ void Supervisor::poll_run() {
     rec.step_s = (now - last_commit_ms_) / 1000;
     last_commit_ms_ = now;
     ++committed_;
-    if (runtime::checkpoint_due(ctx_.config.train, rec.step)) {
+    if (checkpoint) {
       pending_checkpoints_[committed_] = {g_, run_};
       checkpoint_skips_[committed_] = skips_;
     }

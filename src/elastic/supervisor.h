@@ -101,6 +101,9 @@ struct SupervisorOptions {
   int first_step = 0;  // resume position
   std::string resume;  // checkpoint to load in generation 0
   double step_timeout_ms = 120000;
+  // checkpoint.every_s in ms: a step whose commit comes this long after the last checkpoint (or
+  // the run's first commit) is checkpointed too (the decision says so); 0 = steps only.
+  double checkpoint_every_ms = 0;
   double heartbeat_timeout_ms = 5000;
   double rejoin_after_ms = 0;   // 0 = lost nodes stay out
   double stop_grace_ms = 2000;  // survivors must stop within this after an abort
@@ -245,6 +248,7 @@ class Supervisor {
   int committed_ = 0;  // steps committed (the next step to commit)
   bool gen_committed_any_ = false;
   double last_commit_ms_ = 0;
+  double last_checkpoint_ms_ = -1;  // checkpoint_every_ms: when the last one was due (-1: none yet)
   int64_t exits_seen_ = 0;
   double last_beat_check_ms_ = 0;
   double longest_agent_startup_ms_ = 0;  // measured in this run (start to first beat)

@@ -296,8 +296,9 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
     set_string(*cx.store, keys::ready(g, step, rank), prepared.report.to_json().dump());
     cx.store->add(keys::num_ready(g, step), 1);
     const auto decision_key = keys::decision(g, step);
+    bool checkpoint = false;
     const Decision decision = decode_decision(await(*cx.store, decision_key, "the commit"),
-                                              decision_key);
+                                              decision_key, &checkpoint);
     if (decision == Decision::kAbort) break;
     if (decision == Decision::kSkip) {  // not finite (train.nonfinite = "skip"): no update anywhere
       worker.skip(step);
@@ -316,7 +317,7 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
       committed_any = true;
       state.keep_only(mine);
     }
-    if (runtime::checkpoint_due(cx.config.train, step)) save_shard(cx, worker, g, rank, step + 1);
+    if (checkpoint) save_shard(cx, worker, g, rank, step + 1);
     if (cx.sink) acknowledge(cx, cx.sink->take_durable());
     if (decision == Decision::kLast) break;
   }

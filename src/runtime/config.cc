@@ -223,6 +223,10 @@ std::vector<Section> build_schema() {
              "pipeline (another node) from the state it holds; at most the pipelines minus one; "
              "-1 = 1 where checkpoint.dir is each host's own disk and there are two pipelines or "
              "more, else 0"),
+        make("every_s", &R::checkpoint, &CheckpointConfig::every_s,
+             "also checkpoint once this many seconds of training have passed since the last "
+             "checkpoint (timed from the end of the first step); 0 = only "
+             "train.checkpoint_every and the end"),
         make("async", &R::checkpoint, &CheckpointConfig::async,
              "snapshot the state at the step boundary and write it in the background (false: "
              "write before the next step)")}},

@@ -131,6 +131,9 @@ struct CheckpointConfig {
   static constexpr int kAutoReplicas = -1;
   int replicas = kAutoReplicas;
   bool async = true;  // snapshot at the step boundary, write in the background
+  // Also a checkpoint once this many seconds of training have passed since the last one (timed
+  // from the end of the run's first step); 0 = only train.checkpoint_every and the end.
+  double every_s = 30.0;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

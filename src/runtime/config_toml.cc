@@ -256,6 +256,7 @@ void validate(const RunConfig& c) {
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(c.checkpoint.keep, 0, "checkpoint.keep");
   at_least(c.checkpoint.replicas, CheckpointConfig::kAutoReplicas, "checkpoint.replicas");
+  finite_at_least(c.checkpoint.every_s, 0.0, "checkpoint.every_s");
   at_least(t.log_every, 1, "train.log_every");
   in_range(t.sample_tokens, 0, kMaxSampleTokens, "train.sample_tokens");
   require(t.nonfinite == "stop" || t.nonfinite == "skip", "train.nonfinite", "\"stop\" or \"skip\"",

@@ -34,9 +34,20 @@ TEST(CoordinatorMessages, DecisionsAreTheirWords) {
     EXPECT_EQ(encode_decision(d), word);
     EXPECT_EQ(decode_decision(word, "g0/decision/3"), d);
   }
-  for (const char* bad : {"", "Commit", "commit ", "{}"}) {
+  for (const char* bad : {"", "Commit", "commit ", "{}", "abort+checkpoint", "+checkpoint",
+                          "commit+checkpoint+checkpoint", "commit+Checkpoint"}) {
     const auto e = error_of([&] { decode_decision(bad, "g0/decision/3"); });
     EXPECT_NE(e.find("g0/decision/3"), std::string::npos) << bad;
+  }
+  // A step to checkpoint: the word and "+checkpoint"; without it, no checkpoint.
+  for (const auto& [d, word] : words) {
+    bool checkpoint = true;
+    EXPECT_EQ(decode_decision(word, "k", &checkpoint), d);
+    EXPECT_FALSE(checkpoint) << word;
+    if (d == Decision::kAbort) continue;
+    EXPECT_EQ(encode_decision(d, true), std::string(word) + "+checkpoint");
+    EXPECT_EQ(decode_decision(encode_decision(d, true), "k", &checkpoint), d);
+    EXPECT_TRUE(checkpoint) << word;
   }
 }
 

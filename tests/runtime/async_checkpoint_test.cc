@@ -449,3 +449,47 @@ TEST(AsyncCheckpoint, AHostLoadsItsLayersFromTheShardsItHoldsAndPublishesThem) {
 
 }  // namespace
 }  // namespace bw::runtime
+
+namespace bw::runtime {
+namespace {
+
+// The published checkpoint-NNNNNN steps under `root`.
+std::set<int> checkpoint_steps(const std::string& root) {
+  std::set<int> out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("checkpoint-", 0) == 0 && name.find('.') == std::string::npos) {
+      out.insert(std::stoi(name.substr(11)));
+    }
+  }
+  return out;
+}
+
+// checkpoint.every_s: the coordinator (or the one process) checkpoints a step once that long has
+// passed since the last checkpoint (timed from the first step's end), and every rank saves that
+// same step. A tiny interval is a checkpoint after every later step; 0 leaves train.checkpoint_every alone (here: the end only). The
+// training is the same either way, bitwise.
+TEST(AsyncCheckpoint, CheckpointEverySecondsDecidesTheStepsForEveryRank) {
+  constexpr int kSteps = 4;
+  for (const std::vector<std::string>& plan :
+       {std::vector<std::string>{"--devices=3", "--pipeline.pipelines=[1,2]",
+                                 "--pipeline.schedule=1f1b"},
+        std::vector<std::string>{"--devices=1"}}) {
+    const auto name = plan.front() == "--devices=1" ? std::string("one") : std::string("three");
+    const auto timed = train("every_s_tiny_" + name, kSteps, with(plan, "--checkpoint.every_s=1e-9"));
+    ASSERT_EQ(timed.status, 0) << timed.log;
+    const auto none = train("every_s_off_" + name, kSteps, with(plan, "--checkpoint.every_s=0"));
+    ASSERT_EQ(none.status, 0) << none.log;
+    // The interval starts at the first step's commit: then every step is due.
+    EXPECT_EQ(checkpoint_steps(timed.out_dir), (std::set<int>{2, 3, 4})) << name;
+    EXPECT_EQ(checkpoint_steps(none.out_dir), (std::set<int>{kSteps})) << name;
+    for (int s = 2; s <= kSteps; ++s) {
+      EXPECT_NO_THROW(load_checkpoint(checkpoint_dir(timed.out_dir, s))) << name << " step " << s;
+    }
+    expect_bitwise_equal(checkpoint_dir(timed.out_dir, kSteps),
+                         checkpoint_dir(none.out_dir, kSteps));
+  }
+}
+
+}  // namespace
+}  // namespace bw::runtime

@@ -36,7 +36,9 @@ inline std::vector<std::string> tiny_train_args(const std::string& corpus, const
                                    fmt::format("--train.steps={}", steps),
                                    "--train.warmup_steps=2",      "--train.sample_tokens=0",
                                    "--pipeline.microbatches=4",   "--pipeline.microbatch_size=2",
-                                   "--train.out_dir=" + out_dir,  "--quiet"};
+                                   "--train.out_dir=" + out_dir,  "--quiet",
+                                   // Checkpoints only where a test asks (not by the clock).
+                                   "--checkpoint.every_s=0"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
