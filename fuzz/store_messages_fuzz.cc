@@ -47,9 +47,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)bw::runtime::StepReport::from_json(r.to_json());  // what a worker sends reads back
         break;
       }
-      case 6:
-        (void)decode_registration(value, "reg/0");
+      case 6: {
+        const auto r = decode_registration(value, "reg/0");
+        if (decode_registration(encode_registration(r), "again") != r) std::abort();
         break;
+      }
       case 7: {
         const auto t = decode_rank_trace(value, "g0/trace/0/0");
         for (const auto& s : t.spans) {

@@ -191,47 +191,45 @@ void read_token_from_stdin(AgentArgs& args) {
   }).detach();
 }
 
-// What this host's corpus holds, for the coordinator to compare with its own: {"path",
-// "digest"}, or {"path", "error"} when it cannot be read here.
-nlohmann::json corpus_report(const runtime::RunConfig& config) {
-  std::string path = config.data.path.empty() ? "(the default corpus)" : config.data.path;
+// What this host's corpus holds, for the coordinator to compare with its own: its digest, or why
+// it cannot be read here.
+void corpus_report(const runtime::RunConfig& config, Registration& r) {
+  r.data_path = config.data.path.empty() ? "(the default corpus)" : config.data.path;
   try {
-    if (config.data.path.empty()) path = data::default_corpus_path();
-    return {{"path", path}, {"digest", data::TokenDataset::open(path).content_digest()}};
+    if (config.data.path.empty()) r.data_path = data::default_corpus_path();
+    r.data_digest = data::TokenDataset::open(r.data_path).content_digest();
   } catch (const ConfigError& e) {
-    return {{"path", path}, {"error", e.what()}};
+    r.data_error = e.what();
   }
 }
 
 // What this host's copy of model.init_from holds (HfFolder::content_digest), for the coordinator
-// to compare with its own: {"path", "digest"}, or {"path", "error"} when it cannot be read here.
-nlohmann::json weights_report(const runtime::RunConfig& config) {
-  const std::string& path = config.model.init_from;
+// to compare with its own: its digest, or why it cannot be read here.
+void weights_report(const runtime::RunConfig& config, Registration& r) {
+  r.weights_path = config.model.init_from;
   try {
-    const runtime::HfFolder folder(model::hf_config_from_dir(path));
-    return {{"path", path}, {"digest", folder.content_digest()}};
+    const runtime::HfFolder folder(model::hf_config_from_dir(r.weights_path));
+    r.weights_digest = folder.content_digest();
   } catch (const ConfigError& e) {
-    return {{"path", path}, {"error", e.what()}};
+    r.weights_error = e.what();
   }
 }
 
-// This host's checkpoint.dir, for the coordinator: {"path", "shared"} (whether the coordinator's
-// probe file `probe` is there: a filesystem they share), with "error" when this host cannot
-// write there.
-nlohmann::json checkpoint_dir_report(const std::string& dir, const std::string& probe) {
+// This host's checkpoint.dir, for the coordinator: whether the coordinator's probe file `probe`
+// is there (a filesystem they share), and why this host cannot write there if it cannot.
+void checkpoint_dir_report(const std::string& dir, const std::string& probe, Registration& r) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  nlohmann::json out = {{"path", dir},
-                        {"shared", !probe.empty() && fs::exists(fs::path(dir) / probe, ec)}};
+  r.checkpoint_path = dir;
+  r.checkpoint_shared = !probe.empty() && fs::exists(fs::path(dir) / probe, ec);
   const auto test = fs::path(dir) / fmt::format(".breakwater-write-test-{}", getpid());
   try {
     fs::create_directories(dir);
     io::write_file(test.string(), "breakwater\n", "a write test of checkpoint.dir");
     fs::remove(test);
   } catch (const std::exception& e) {
-    out["error"] = e.what();
+    r.checkpoint_error = e.what();
   }
-  return out;
 }
 
 // checkpoint.dir on this host's own disk ("hosts" mode, keys::checkpoint_io): publishes each
@@ -446,28 +444,22 @@ int remote_agent(AgentArgs args) {
                      get_string(*store, keys::run_over()));
         return 0;
       }
-      const auto data = corpus_report(config);
-      const auto weights = config.model.init_from.empty() ? nlohmann::json()
-                                                          : weights_report(config);
-      std::string probe;
+      Registration reg;
+      reg.name = args.node_name;
+      reg.host = n.gloo_host;
+      reg.devices = args.devices;
+      reg.launch_ms = launch_ms;
+      corpus_report(config, reg);
+      if (!config.model.init_from.empty()) weights_report(config, reg);
       if (!config.checkpoint.dir.empty()) {
         store->wait({keys::checkpoint_probe()}, left);
-        probe = get_string(*store, keys::checkpoint_probe());
+        checkpoint_dir_report(config.checkpoint.dir, get_string(*store, keys::checkpoint_probe()),
+                              reg);
+        shares_checkpoint_dir = reg.checkpoint_shared;
       }
       index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
-      auto doc = nlohmann::json{
-          {"name", args.node_name},
-          {"host", n.gloo_host},
-          {"devices", args.devices},
-          {"data", data},
-          {"launch_ms", launch_ms},
-          {"proof", args.token.empty() ? std::string() : token_proof(args.token, nonce, index)}};
-      if (!weights.is_null()) doc["weights"] = weights;
-      if (!config.checkpoint.dir.empty()) {
-        doc["checkpoint"] = checkpoint_dir_report(config.checkpoint.dir, probe);
-        shares_checkpoint_dir = doc["checkpoint"].value("shared", false);
-      }
-      const auto text = doc.dump();
+      if (!args.token.empty()) reg.proof = token_proof(args.token, nonce, index);
+      const auto text = encode_registration(reg);
       store->set(keys::registration(index), std::vector<uint8_t>(text.begin(), text.end()));
       // Accepted at once before the run starts, or at a step boundary when re-joining.
       store->wait({keys::registration_reply(index)},

@@ -157,6 +157,35 @@ runtime::RankTrace decode_rank_trace(const std::string& text, const std::string&
   return runtime::rank_trace_from_json(object(text, key), where(key));
 }
 
+namespace {
+// {"path", "digest"} or {"path", "error"}: what a host found at a path the run names.
+Json found_at(const std::string& path, const std::string& digest, const std::string& error) {
+  Json out = Json::object();
+  if (!path.empty()) out["path"] = path;
+  if (!digest.empty()) out["digest"] = digest;
+  if (!error.empty()) out["error"] = error;
+  return out;
+}
+}  // namespace
+
+std::string encode_registration(const Registration& r) {
+  Json doc = {{"name", r.name},
+              {"host", r.host},
+              {"devices", r.devices},
+              {"launch_ms", r.launch_ms},
+              {"proof", r.proof},
+              {"data", found_at(r.data_path, r.data_digest, r.data_error)}};
+  if (!r.weights_path.empty() || !r.weights_digest.empty() || !r.weights_error.empty()) {
+    doc["weights"] = found_at(r.weights_path, r.weights_digest, r.weights_error);
+  }
+  if (!r.checkpoint_path.empty() || !r.checkpoint_error.empty() || r.checkpoint_shared) {
+    Json ck = {{"path", r.checkpoint_path}, {"shared", r.checkpoint_shared}};
+    if (!r.checkpoint_error.empty()) ck["error"] = r.checkpoint_error;
+    doc["checkpoint"] = ck;
+  }
+  return doc.dump();
+}
+
 Registration decode_registration(const std::string& text, const std::string& key) {
   const Json doc = object(text, key);
   Registration r;

@@ -93,7 +93,11 @@ struct Registration {
   // cannot write there.
   std::string checkpoint_path, checkpoint_error;
   bool checkpoint_shared = false;
+  bool operator==(const Registration&) const = default;
 };
+// The registration's document: the corpus always, model.init_from and checkpoint.dir when any of
+// their fields is set (decode_registration reads each back).
+std::string encode_registration(const Registration& registration);
 Registration decode_registration(const std::string& text, const std::string& key);
 
 // keys::registration_reply (coordinator): accepted as node `node` (its incarnation and devices

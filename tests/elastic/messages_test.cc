@@ -51,6 +51,32 @@ TEST(CoordinatorMessages, DecisionsAreTheirWords) {
   }
 }
 
+// A registration reads back as written, with and without the optional parts; each part is left
+// out of the document when the run does not name it.
+TEST(AgentMessages, RegistrationsRoundTrip) {
+  Registration r;
+  r.name = "gpu07";
+  r.host = "10.0.0.7";
+  r.proof = "abc";
+  r.devices = 2;
+  r.launch_ms = 812.5;
+  r.data_path = "/data/corpus.bin";
+  r.data_digest = "tokens=10 crc=1";
+  EXPECT_EQ(decode_registration(encode_registration(r), "reg/0"), r);
+  EXPECT_FALSE(json::parse(encode_registration(r)).contains("weights"));
+  EXPECT_FALSE(json::parse(encode_registration(r)).contains("checkpoint"));
+  r.weights_path = "/models/llama";
+  r.weights_error = "no config.json";
+  r.checkpoint_path = "/ckpt";
+  r.checkpoint_shared = true;
+  EXPECT_EQ(decode_registration(encode_registration(r), "reg/0"), r);
+  r.checkpoint_shared = false;
+  r.checkpoint_error = "read-only file system";
+  EXPECT_EQ(decode_registration(encode_registration(r), "reg/0"), r);
+  const auto e = error_of([] { decode_registration(R"({"checkpoint": {"shared": 1}})", "reg/4"); });
+  EXPECT_NE(e.find("reg/4"), std::string::npos) << e;
+}
+
 TEST(CoordinatorMessages, StartCarriesCopiesWholeOrRanged) {
   Start s;
   s.first_step = 12;
