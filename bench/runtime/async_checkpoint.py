@@ -46,6 +46,8 @@ def cases(tmp, steps):
 def run(binary, out, steps, args, every):
     cmd = [binary, "train", f"--train.steps={steps}", "--train.sample_tokens=0", "--quiet",
            f"--train.checkpoint_every={every}", f"--train.out_dir={out}",
+           # Only the steps the variant names: no time-based checkpoints (checkpoint.every_s).
+           "--checkpoint.every_s=0",
            "--elastic.step_timeout_s=600"] + args
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     total, blocked = 0.0, []
