@@ -261,12 +261,7 @@ class HostCheckpoints {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     try {
-      if (!store_) store_ = connect_store(store_host_, port_, seconds(5));
-      if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
-        mode_known_ = true;
-        hosts_ = get_string(*store_, keys::checkpoint_io()) == "hosts";
-      }
-      if (hosts_) poll();
+      pass(seconds(5));
     } catch (const std::exception& e) {
       runtime::log(runtime::LogLevel::kWarn, "could not publish the last checkpoint on host {}: {}",
                    host_, first_line(e));
@@ -277,18 +272,23 @@ class HostCheckpoints {
   void loop() {
     while (!stop_) {
       try {
-        if (!store_) store_ = connect_store(store_host_, port_, seconds(2));
-        if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
-          mode_known_ = true;
-          hosts_ = get_string(*store_, keys::checkpoint_io()) == "hosts";
-          if (!hosts_) return;
-        }
-        if (hosts_) poll();
-      } catch (const std::exception& e) {
+        if (!pass(seconds(2))) return;
+      } catch (const std::exception&) {
         store_.reset();  // the coordinator may be gone or busy: try again
       }
       for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(milliseconds(20));
     }
+  }
+  // Connects if needed, learns the mode once it is set, and publishes what was committed in
+  // "hosts" mode; false once the mode is known to be another (nothing to do, ever).
+  bool pass(milliseconds connect_timeout) {
+    if (!store_) store_ = connect_store(store_host_, port_, connect_timeout);
+    if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
+      mode_known_ = true;
+      hosts_ = get_string(*store_, keys::checkpoint_io()) == "hosts";
+    }
+    if (hosts_) poll();
+    return !mode_known_ || hosts_;
   }
   void poll() {
     const int64_t n = store_->add(keys::num_committed(), 0);

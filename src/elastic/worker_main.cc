@@ -347,6 +347,7 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
 runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
                                                const runtime::RunLayout& layout,
                                                runtime::Transport* world,
+                                               const runtime::AbortSignal& abort,
                                                const std::string& where) {
   const auto info = runtime::parse_sidecar(
       nlohmann::json::parse(await(*cx.store, keys::resume_manifest(), "the resume manifest")),
@@ -368,6 +369,12 @@ runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
   const int world_size = layout.world_size();
   const auto deadline = Clock::now() + cx.timeout;
   while (cx.store->add(keys::num_resume_have(g), 0) < world_size) {
+    // A rank lost before it said: the coordinator aborts the generation.
+    if (abort.aborted()) {
+      throw CommError(fmt::format("generation {} was aborted while its ranks said which shards "
+                                  "of {} they hold",
+                                  g, where));
+    }
     if (Clock::now() > deadline) {
       throw CommError(fmt::format("not every rank said which shards of {} its host holds within "
                                   "{} s",
@@ -510,7 +517,8 @@ void run_generation(Context& cx, int g) {
     // Shards on each host's own disk travel over the world before the worker takes it.
     std::optional<runtime::LoadedCheckpoint> from_hosts;
     if (!start.resume.empty() && cx.on_hosts && cx.store->check({keys::resume_manifest()})) {
-      from_hosts = load_resume_on_hosts(cx, g, rank, layout, world.get(), start.resume);
+      from_hosts =
+          load_resume_on_hosts(cx, g, rank, layout, world.get(), *signal, start.resume);
     }
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;

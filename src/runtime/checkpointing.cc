@@ -111,13 +111,32 @@ void publish(const fs::path& staging, const fs::path& dir) {
 }
 
 // Leftovers of interrupted writes of earlier steps (never of this one or later: those may be in
-// progress).
-void remove_earlier_partials(const fs::path& parent, int64_t step) {
+// progress); returns how many were removed.
+int remove_earlier_partials(const fs::path& parent, int64_t step) {
+  int removed = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(parent, ec)) {
     const std::string name = e.path().filename().string();
-    if (is_partial(name) && step_of(name) < step) remove_dir(e.path());
+    if (is_partial(name) && step_of(name) < step) {
+      remove_dir(e.path());
+      ++removed;
+    }
   }
+  return removed;
+}
+
+// The published checkpoints under `root` (exactly "checkpoint-" + digits, with a sidecar), oldest
+// first.
+std::vector<std::pair<int64_t, fs::path>> published_checkpoints(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (step_of(name) < 0 || name.find('.') != std::string::npos) continue;
+    if (fs::exists(e.path() / kSidecar, ec)) out.emplace_back(step_of(name), e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -236,22 +255,9 @@ std::string merge_and_publish(const fs::path& staging, int world_size, Checkpoin
 }  // namespace
 
 std::string latest_checkpoint(const std::string& out_dir, int* steps_done) {
-  int64_t best = -1;
-  std::string path;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const int64_t step = step_of(name);
-    // Exactly "checkpoint-" + digits: a published directory, with its sidecar.
-    if (step < 0 || is_partial(name) || name.find('.') != std::string::npos) continue;
-    const fs::path sidecar = e.path() / kSidecar;
-    if (step > best && fs::exists(sidecar, ec)) {
-      best = step;
-      path = sidecar.string();
-    }
-  }
-  if (steps_done) *steps_done = static_cast<int>(best);
-  return path;
+  const auto published = published_checkpoints(out_dir);
+  if (steps_done) *steps_done = published.empty() ? -1 : static_cast<int>(published.back().first);
+  return published.empty() ? std::string() : (published.back().second / kSidecar).string();
 }
 
 int remove_partial_checkpoints(const std::string& out_dir) {
@@ -635,37 +641,14 @@ void publish_on_host(const std::string& root, const CheckpointInfo& info, const 
 }
 
 int remove_partials_before_oldest(const std::string& root) {
-  int64_t oldest = -1;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (step_of(name) < 0 || name.find('.') != std::string::npos) continue;
-    if (!fs::exists(e.path() / kSidecar, ec)) continue;
-    if (oldest < 0 || step_of(name) < oldest) oldest = step_of(name);
-  }
-  if (oldest < 0) return 0;
-  int removed = 0;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (is_partial(name) && step_of(name) < oldest) {
-      remove_dir(e.path());
-      ++removed;
-    }
-  }
-  return removed;
+  const auto published = published_checkpoints(root);
+  return published.empty() ? 0 : remove_earlier_partials(root, published.front().first);
 }
 
 int retain_checkpoints(const std::string& root, int keep) {
   if (keep <= 0) return 0;
-  std::vector<std::pair<int64_t, fs::path>> published;
+  const auto published = published_checkpoints(root);
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (step_of(name) < 0 || name.find('.') != std::string::npos) continue;
-    if (!fs::exists(e.path() / kSidecar, ec)) continue;
-    published.emplace_back(step_of(name), e.path());
-  }
-  std::sort(published.begin(), published.end());
   int removed = 0;
   for (size_t i = 0; i + static_cast<size_t>(keep) < published.size(); ++i) {
     // The sidecar first: a checkpoint whose removal is interrupted is never taken for complete.
