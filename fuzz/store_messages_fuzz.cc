@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value = bw::fuzz::text(data + 1, size - 1);
   using namespace bw::elastic;
   BW_FUZZ_EXPECT_CONFIG_ERRORS({
-    switch (data[0] % 12) {
+    switch (data[0] % 13) {
       // What decodes encodes back to itself (what a peer of this build sends reads back).
       case 0: {
         const auto r = decode_exit_report(value, "node/0/exit/0");
@@ -90,6 +90,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 11: {
         const auto r = decode_registration_reply(value, "reg/0/reply");
         if (decode_registration_reply(encode_registration_reply(r), "again") != r) std::abort();
+        break;
+      }
+      case 12: {  // the control store's leader key (leadership.h)
+        const auto r = decode_leader(value, "leader");
+        if (decode_leader(encode_leader(r), "again") != r) std::abort();
         break;
       }
     }

@@ -16,6 +16,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "elastic/control_store.h"
 #include "elastic/coordinator.h"
 #include "elastic/launch.h"
 #include "elastic/net.h"
@@ -292,9 +293,11 @@ void add_train(CLI::App& app) {
 }
 
 struct CoordinatorArgs {
-  std::string config_path, listen, log_level;
+  std::string config_path, listen, log_level, control = "embedded", run_id;
   int expect_nodes = 0;
   double wait_s = 300;
+  int64_t lease_ttl_s = 5;
+  double leaderless_timeout_s = 30;
   std::vector<std::string> expect_names;
   bool quiet = false;
 };
@@ -314,6 +317,17 @@ void add_coordinator(CLI::App& app) {
   cmd->add_option("--expect-names", args->expect_names,
                   "node names to name in the message when some are missing")
       ->delimiter(',');
+  cmd->add_option("--control", args->control,
+                  "where the run's leadership and every step's decision are kept: embedded "
+                  "(default: this process's store) or etcd://HOST:PORT[,HOST:PORT...], fenced "
+                  "writes in etcd 3.4+ (docs/elastic.md)");
+  cmd->add_option("--run-id", args->run_id,
+                  "the run's name in etcd (its keys under bw/NAME/); required with --control "
+                  "etcd://");
+  cmd->add_option("--lease-ttl-s", args->lease_ttl_s,
+                  "with etcd: seconds the leadership outlives a silent coordinator (default 5)");
+  cmd->add_option("--leaderless-timeout-s", args->leaderless_timeout_s,
+                  "with etcd: longest wait for an unreachable etcd before exit 3 (default 30)");
   cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
   cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
   cmd->allow_extras();
@@ -335,7 +349,29 @@ void add_coordinator(CLI::App& app) {
     if (args->expect_nodes > 0) config.cluster.nodes = args->expect_nodes;
     if (!(args->wait_s > 0)) throw ConfigError("--wait-s must be > 0");
     require_distinct(args->expect_names, "--expect-names");
+    const auto control = elastic::parse_control_url(args->control);
+    if (control.kind == elastic::ControlUrl::Kind::kEtcd) {
+      if (args->run_id.empty()) {
+        throw ConfigError(
+            "--control etcd://... needs --run-id NAME: the run's name in etcd (its keys under "
+            "bw/NAME/)");
+      }
+      elastic::check_run_id(args->run_id);
+      if (args->lease_ttl_s < 1) {
+        throw ConfigError(fmt::format("--lease-ttl-s must be >= 1, not {}", args->lease_ttl_s));
+      }
+      if (!(args->leaderless_timeout_s > 0)) throw ConfigError("--leaderless-timeout-s must be > 0");
+    } else if (cmd->count("--run-id") + cmd->count("--lease-ttl-s") +
+                   cmd->count("--leaderless-timeout-s") > 0) {
+      throw ConfigError(
+          "--run-id, --lease-ttl-s and --leaderless-timeout-s are for a run whose control store "
+          "is etcd; add --control etcd://HOST:PORT[,...]");
+    }
     elastic::CoordinatorOptions options;
+    options.control = args->control;
+    options.run_id = args->run_id;
+    options.lease_ttl_s = args->lease_ttl_s;
+    options.leaderless_timeout_s = args->leaderless_timeout_s;
     options.listen = args->listen;
     options.wait_s = args->wait_s;
     options.expected_names = args->expect_names;

@@ -26,6 +26,8 @@
 #include "data/sampler.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
+#include "elastic/control_store_etcd.h"
+#include "elastic/leadership.h"
 #include "elastic/local_nodes.h"
 #include "elastic/messages.h"
 #include "elastic/metrics_sink.h"
@@ -286,6 +288,9 @@ struct RunSetup {
   SkipCount skips;     // non-finite steps skipped (one process; the supervisor keeps its own)
   std::vector<int> trace_steps;
   std::optional<runtime::OutDirLock> out_lock;  // one run per out_dir
+  // The run's leadership in etcd (options.control), when it has one: every decision and
+  // checkpoint commit is fenced by it.
+  std::unique_ptr<Leadership> leadership;
 };
 
 void check_faults(const RunSetup& s) {
@@ -314,6 +319,12 @@ void check_faults(const RunSetup& s) {
                             : ""));
     }
   }
+}
+
+// checkpoint.replicas as resolved from its automatic value, in both copies of the config.
+void set_replicas(RunSetup& s, int replicas) {
+  s.config.checkpoint.replicas = replicas;
+  s.ctx.config.checkpoint.replicas = replicas;
 }
 
 // A file only this host's filesystem holds at checkpoint.dir: an agent that sees it there shares
@@ -450,8 +461,7 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
   // only the agents can tell (run_cluster resolves it then).
   if (config.checkpoint.replicas == runtime::CheckpointConfig::kAutoReplicas &&
       !(s.remote && !config.checkpoint.dir.empty())) {
-    s.config.checkpoint.replicas = 0;
-    s.ctx.config.checkpoint.replicas = 0;
+    set_replicas(s, 0);
   }
   if (const int pipelines = static_cast<int>(s.run.layout.pipelines.size());
       config.checkpoint.replicas > pipelines - 1) {
@@ -923,10 +933,15 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
                    config.checkpoint.replicas + 1, config.checkpoint.replicas);
     }
   };
-  sup.on_checkpoint = [&report, &config, &sup, store, via_store, on_hosts](
+  sup.on_checkpoint = [&report, &config, &sup, &setup, store, via_store, on_hosts](
                           int steps_done, int shards, const RunPlan& p, const std::string& prefix) {
     const auto root = runtime::checkpoint_root(config);
     const auto dir = runtime::checkpoint_dir(root, steps_done);
+    // A leader that lost the run commits nothing (leadership.h): the fenced record first.
+    if (setup.leadership) {
+      setup.leadership->put(keys::checkpoint_commit(steps_done),
+                            nlohmann::json{{"steps_done", steps_done}, {"dir", dir}}.dump());
+    }
     if (!via_store) {
       // Every shard is durable where its worker wrote it: commit the manifest, nothing else.
       auto info = report.checkpoint_info(steps_done, p, sup.skips_at(steps_done));
@@ -951,7 +966,9 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
         store->set(keys::committed_checkpoint(n),
                    std::vector<uint8_t>(manifest.begin(), manifest.end()));
         store->add(keys::num_committed(), 1);
-        if (n > keys::kCommittedKept) store->deleteKey(keys::committed_checkpoint(n - keys::kCommittedKept));
+        if (n > keys::kCommittedKept) {
+          store->deleteKey(keys::committed_checkpoint(n - keys::kCommittedKept));
+        }
       }
       runtime::retain_checkpoints(root, config.checkpoint.keep);
       return report.summary.checkpoint;
@@ -1029,6 +1046,32 @@ void collect_traces(c10d::Store& store, RunReport& report) {
 
 // Worker processes: the store, the nodes (local agents, or remote ones that register), and the
 // supervisor that drives generations until the run ends.
+// --control etcd://...: connects (ConfigError naming the endpoints when none answers, or an etcd
+// older than 3.4) and takes the lead of the run id (leadership.h).
+std::unique_ptr<Leadership> lead_run(const RunSetup& setup, const CoordinatorOptions& options) {
+  const ControlUrl url = parse_control_url(options.control);
+  if (url.kind != ControlUrl::Kind::kEtcd) return nullptr;
+  check_run_id(options.run_id);
+  const auto connect_by = deadline_in(std::chrono::milliseconds(10000));
+  std::shared_ptr<ControlStore> store =
+      EtcdControlStore::connect(url, options.run_id, connect_by);
+  LeadershipOptions lo;
+  lo.key = keys::leader();
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  lo.record = {.address = options.listen,
+               .host = host,
+               .pid = ::getpid(),
+               .config = sha256_hex(runtime::to_toml(setup.config))};
+  lo.ttl_s = options.lease_ttl_s;
+  lo.leaderless_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.leaderless_timeout_s * 1000.0));
+  auto lead = std::make_unique<Leadership>(store, lo, deadline_in(std::chrono::milliseconds(10000)));
+  runtime::log(runtime::LogLevel::kInfo, "leading run '{}' in {} at epoch {} (lease TTL {} s)",
+               options.run_id, store->describe(), lead->epoch(), lo.ttl_s);
+  return lead;
+}
+
 void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& options) {
   const auto& config = setup.config;
   const auto& ctx = setup.ctx;
@@ -1036,9 +1079,12 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   // Local runs listen on loopback only; multi-host runs where told (store_host.h).
   HostPort listen{"127.0.0.1", config.elastic.store_port};
   if (remote) listen = parse_host_port(options.listen, "--listen");
+  setup.leadership = lead_run(setup, options);
+  Leadership* lead = setup.leadership.get();
   const auto store = host_store(
       listen.host, listen.port,
       std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
+  if (lead) lead->put(keys::leader_store(), fmt::format("{}:{}", listen.host, store->getPort()));
   auto put = [&](const std::string& key, const std::string& value) {
     store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
   };
@@ -1080,9 +1126,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     if (setup.config.checkpoint.replicas == runtime::CheckpointConfig::kAutoReplicas) {
       // Each host's own disk: a copy of every layer on another node, where there is one.
       const bool two = setup.run.layout.pipelines.size() >= 2;
-      const int r = setup.checkpoint_io == "hosts" && two ? 1 : 0;
-      setup.config.checkpoint.replicas = r;
-      setup.ctx.config.checkpoint.replicas = r;
+      set_replicas(setup, setup.checkpoint_io == "hosts" && two ? 1 : 0);
       put(keys::config(), runtime::to_toml(setup.config));  // before any worker reads it
     }
     if (setup.checkpoint_io == "hosts") {
@@ -1126,19 +1170,34 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   SystemClock clock;
   Supervisor sup(store, clock, nodes, ctx, setup.run, supervisor_options(setup));
   connect_supervisor(sup, setup, report, store);
+  if (lead) {
+    sup.on_decide = [lead](const std::string& key, const std::string& text) {
+      return lead->decide(key, text);
+    };
+  }
   runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
                ctx.cluster.num_nodes);
-  sup.start();
   bool asked = false;
-  while (sup.tick()) {
-    if (g_signals > 0 && !asked) {
-      asked = true;
-      sup.request_stop();
-      fmt::print(stderr,
-                 "\nstopping at the next step boundary with a checkpoint (again to stop "
-                 "at once)\n");
+  try {
+    if (lead) lead->check();
+    sup.start();
+    for (;;) {
+      // A process paused past its lease learns that before it acts (leadership.h).
+      if (lead) lead->check();
+      if (!sup.tick()) break;
+      if (g_signals > 0 && !asked) {
+        asked = true;
+        sup.request_stop();
+        fmt::print(stderr,
+                   "\nstopping at the next step boundary with a checkpoint (again to stop "
+                   "at once)\n");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  } catch (const LostLeadership&) {
+    // Another coordinator may lead the run now: its agents are not told anything.
+    if (hosts) hosts->abandon();
+    throw;
   }
   const auto& out = sup.outcome();
   if (out.kind == Outcome::kInterrupted || out.kind == Outcome::kFailed ||
@@ -1152,6 +1211,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   report.write_trace(!remote);
   if (local) local->wait_all(10000);
   if (hosts) hosts->end_run("finished", 10000);
+  if (lead) lead->resign();
 }
 
 // The token the end-of-run sample starts from, the one each document of the data starts with:

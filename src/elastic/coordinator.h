@@ -104,6 +104,13 @@ struct CoordinatorOptions {
   // cluster.nodes agents to register (remote_nodes.h) instead of starting local ones.
   std::string listen;
   double wait_s = 300;                      // longest wait for the agents to register
+  // Multi-host only: "etcd://HOST:PORT[,...]" keeps the leadership and every step's decision in
+  // etcd, fenced (leadership.h; docs/elastic.md "Leadership and fenced decisions"); empty or
+  // "embedded": the run's own store is the record. run_id names the run's keys there (bw/{run_id}/).
+  std::string control;
+  std::string run_id;
+  int64_t lease_ttl_s = 5;
+  double leaderless_timeout_s = 30;
   std::vector<std::string> expected_names;  // named in the message when some are missing
   // The store is up (multi-host): the address agents connect to.
   std::function<void(const std::string& address, int port)> on_listen;

@@ -12,6 +12,16 @@
 
 namespace bw::elastic::keys {
 
+// --- control store (leadership.h; etcd runs): the leader key at the run's root; the rest under
+// the run instance's prefix (Leadership::instance_prefix), each written fenced by its leader.
+inline std::string leader() { return "leader"; }
+// The leader's TCPStore, "ADDR:PORT", published once it listens.
+inline std::string leader_store() { return "store"; }
+// A checkpoint the leader commits, before its manifest is written: {"steps_done", "dir"}.
+inline std::string checkpoint_commit(int steps_done) {
+  return fmt::format("ckpt/commit/{}", steps_done);
+}
+
 // --- run level
 inline std::string config() { return "run/config"; }  // TOML of the resolved config
 // "files": every process sees the coordinator's filesystem (local runs): workers write their

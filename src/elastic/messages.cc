@@ -424,4 +424,22 @@ RegistrationReply decode_registration_reply(const std::string& text, const std::
   return r;
 }
 
+std::string encode_leader(const LeaderRecord& record) {
+  return Json{{"address", record.address},
+              {"host", record.host},
+              {"pid", record.pid},
+              {"config", record.config}}
+      .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+LeaderRecord decode_leader(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  LeaderRecord r;
+  r.address = json::get_string(doc, "address", where(key));
+  r.host = json::get_string(doc, "host", where(key));
+  r.config = json::get_string(doc, "config", where(key));
+  r.pid = json::get_int_in(doc, "pid", where(key), 0, std::numeric_limits<int64_t>::max());
+  return r;
+}
+
 }  // namespace bw::elastic

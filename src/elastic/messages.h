@@ -111,6 +111,19 @@ struct RegistrationReply {
 std::string encode_registration_reply(const RegistrationReply& reply);
 RegistrationReply decode_registration_reply(const std::string& text, const std::string& key);
 
+// The control store's leader key (leadership.h), written by the coordinator that leads the run:
+// where its store listens, on which host and process, and the SHA-256 of its config (another
+// coordinator with another config is refused rather than sharing the run id).
+struct LeaderRecord {
+  std::string address;  // ADDR:PORT of its --listen
+  std::string host;
+  int64_t pid = 0;
+  std::string config;  // hex SHA-256 of the run's config.toml
+  bool operator==(const LeaderRecord&) const = default;
+};
+std::string encode_leader(const LeaderRecord& record);
+LeaderRecord decode_leader(const std::string& text, const std::string& key);
+
 // --- From the coordinator to the workers -------------------------------------------------------
 
 // keys::decision (coordinator): what every worker does with step k of a generation; workers

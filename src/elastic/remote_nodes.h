@@ -52,6 +52,9 @@ class RemoteNodes final : public Nodes {
   // Publishes that the run is over (`how`: "finished" or why it stopped) and waits up to
   // `timeout_ms` for the agents still in the run to acknowledge.
   void end_run(const std::string& how, double timeout_ms);
+  // This coordinator lost its leadership of the run (leadership.h): it tells its agents nothing,
+  // since another coordinator may lead them now.
+  void abandon() { ended_ = true; }
 
   // Every agent must report a corpus at data.path with this content (TokenDataset::
   // content_digest of the coordinator's copy at `path`); an agent whose copy differs, is missing

@@ -368,9 +368,17 @@ void Supervisor::start_recovery(const std::string& kind, double fail_ms, std::ve
   begin_quiesce();
 }
 
+void Supervisor::write_decision(const std::string& text) {
+  const auto key = keys::decision(g_, committed_);
+  const std::string stands = on_decide ? on_decide(key, text) : text;
+  // One leader per run instance writes each key once: another decision there is a bug.
+  BW_CHECK(stands == text, "decision key '{}' already holds '{}', not '{}'", key, stands, text);
+  set_string(*store_, key, stands);
+}
+
 void Supervisor::begin_quiesce() {
   if (!exists(*store_, keys::decision(g_, committed_))) {
-    set_string(*store_, keys::decision(g_, committed_), encode_decision(Decision::kAbort));
+    write_decision(encode_decision(Decision::kAbort));
   }
   set_string(*store_, keys::abort(g_), "1");
   phase_ = Phase::kQuiesce;
@@ -468,7 +476,7 @@ void Supervisor::poll_run() {
     const StepVerdict verdict = judge_step(train, loss, norm, skips_);  // nonfinite.h
     if (verdict == StepVerdict::kStop) {
       // Never commit a non-finite update: the step is aborted, so no weights turn NaN.
-      set_string(*store_, keys::decision(g_, committed_), encode_decision(Decision::kAbort));
+      write_decision(encode_decision(Decision::kAbort));
       set_string(*store_, keys::abort(g_), "1");
       set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));
       outcome_.kind = Outcome::kFailed;
@@ -494,9 +502,8 @@ void Supervisor::poll_run() {
       checkpoint = checkpoint || now - last_checkpoint_ms_ >= opt_.checkpoint_every_ms;
       if (checkpoint) last_checkpoint_ms_ = now;
     }
-    set_string(*store_, keys::decision(g_, committed_),
-               encode_decision(skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit,
-                               checkpoint));
+    write_decision(encode_decision(
+        skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit, checkpoint));
     rec.skipped = skip;
     rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;

@@ -170,11 +170,17 @@ class Supervisor {
   // checkpoint's step): write, merge and publish them; returns the sidecar.
   std::function<std::string(int steps_done, int shards, const RunPlan&, const std::string& prefix)>
       on_checkpoint;
+  // Where a step's decision is made durable before any worker can read it (a fenced write in the
+  // control store, leadership.h): given the decision key and text, returns the text that stands
+  // there (an earlier write's, if any), which the workers then read. Unset: the store is the record.
+  std::function<std::string(const std::string& key, const std::string& text)> on_decide;
   // A checkpoint that will not complete (a writer was lost): erase what its writers uploaded.
   std::function<void(const std::string& prefix, int shards)> on_checkpoint_dropped;
 
  private:
   enum class Phase { kRun, kQuiesce, kFinish, kSave, kDone };
+  // The decision for the step in flight (committed_), through on_decide, then to the workers.
+  void write_decision(const std::string& text);
   struct NodeState {
     int incarnation = 0;
     bool live = true;

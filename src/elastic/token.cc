@@ -44,6 +44,17 @@ std::string token_proof(const std::string& token, const std::string& nonce, int 
   return out;
 }
 
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
+    throw InternalError("SHA-256 failed (OpenSSL's EVP_Digest)");
+  }
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
+}
+
 std::string random_hex(int bytes) {
   std::random_device rd;  // /dev/urandom on Linux
   std::string out;

@@ -23,6 +23,9 @@ std::string agent_token();
 // Lower-case hex of HMAC-SHA256(key = token, message = nonce + "/" + registration).
 std::string token_proof(const std::string& token, const std::string& nonce, int registration);
 
+// Lower-case hex of SHA-256(bytes).
+std::string sha256_hex(const std::string& bytes);
+
 // `bytes` random bytes from the system's generator, as hex.
 std::string random_hex(int bytes);
 

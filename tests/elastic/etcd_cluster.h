@@ -21,8 +21,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -117,48 +119,82 @@ class EtcdCluster {
     pids_[i] = -1;
   }
   std::string log_of(int i) const { return fmt::format("{}/m{}.log", dir_, i); }
+  // Starts a killed member again, on its ports and with its data (it rejoins the cluster).
+  void restart(int i) {
+    if (pids_[i] > 0) return;
+    pids_[i] = spawn(member_args(i), log_of(i) + ".again");
+  }
+  // The member that leads the cluster now, as its own status says (etcdctl endpoint status);
+  // -1 when no live member says it leads.
+  int leader() const {
+    for (int i = 0; i < size(); ++i) {
+      if (pids_[i] <= 0) continue;
+      const std::string cmd = fmt::format(
+          "etcdctl --endpoints=http://127.0.0.1:{} --command-timeout=2s endpoint status -w json "
+          "2>/dev/null",
+          client_[i]);
+      FILE* p = ::popen(cmd.c_str(), "r");
+      if (!p) continue;
+      std::string out;
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+      ::pclose(p);
+      const auto doc = nlohmann::json::parse(out, nullptr, false);
+      if (!doc.is_array() || doc.empty() || !doc[0].contains("Status")) continue;
+      const auto& st = doc[0]["Status"];
+      if (st.contains("leader") && st.contains("header") && st["header"].contains("member_id") &&
+          st["leader"] == st["header"]["member_id"]) {
+        return i;
+      }
+    }
+    return -1;
+  }
 
  private:
   void start(const std::string& exe, int members, int attempt) {
+    exe_ = exe;
+    attempt_ = attempt;
     client_.clear();
     peer_.clear();
     pids_.clear();
-    std::string initial;
+    initial_.clear();
     for (int i = 0; i < members; ++i) {
       client_.push_back(free_port());
       peer_.push_back(free_port());
-      initial += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, peer_[i]);
+      initial_ += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, peer_[i]);
     }
-    for (int i = 0; i < members; ++i) {
-      const std::vector<std::string> args = {exe,
-                                             "--name",
-                                             fmt::format("m{}", i),
-                                             "--data-dir",
-                                             fmt::format("{}/a{}m{}", dir_, attempt, i),
-                                             "--listen-client-urls",
-                                             fmt::format("http://127.0.0.1:{}", client_[i]),
-                                             "--advertise-client-urls",
-                                             fmt::format("http://127.0.0.1:{}", client_[i]),
-                                             "--listen-peer-urls",
-                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
-                                             "--initial-advertise-peer-urls",
-                                             fmt::format("http://127.0.0.1:{}", peer_[i]),
-                                             "--initial-cluster",
-                                             initial,
-                                             "--initial-cluster-state",
-                                             "new",
-                                             "--initial-cluster-token",
-                                             fmt::format("bw-test-{}", ::getpid()),
-                                             "--heartbeat-interval",
-                                             "50",
-                                             "--election-timeout",
-                                             "250",
-                                             "--logger",
-                                             "zap",
-                                             "--log-level",
-                                             "error"};
-      pids_.push_back(spawn(args, fmt::format("{}/m{}.log", dir_, i)));
-    }
+    for (int i = 0; i < members; ++i) pids_.push_back(spawn(member_args(i), log_of(i)));
+  }
+
+  std::vector<std::string> member_args(int i) const {
+    return {exe_,
+            "--name",
+            fmt::format("m{}", i),
+            "--data-dir",
+            fmt::format("{}/a{}m{}", dir_, attempt_, i),
+            "--listen-client-urls",
+            fmt::format("http://127.0.0.1:{}", client_[i]),
+            "--advertise-client-urls",
+            fmt::format("http://127.0.0.1:{}", client_[i]),
+            "--listen-peer-urls",
+            fmt::format("http://127.0.0.1:{}", peer_[i]),
+            "--initial-advertise-peer-urls",
+            fmt::format("http://127.0.0.1:{}", peer_[i]),
+            "--initial-cluster",
+            initial_,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            fmt::format("bw-test-{}", ::getpid()),
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "250",
+            "--logger",
+            "zap",
+            "--log-level",
+            "error"};
   }
 
   static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
@@ -210,6 +246,8 @@ class EtcdCluster {
 
   std::string dir_;
   std::vector<int> client_, peer_;
+  std::string exe_, initial_;
+  int attempt_ = 0;
   std::vector<pid_t> pids_;
 };
 

@@ -146,6 +146,17 @@ TEST(PeerMessages, EncodersWriteWhatTheDecodersRead) {
   EXPECT_EQ(decode_registration_reply(encode_registration_reply(yes), "reg/0/reply"), yes);
   const RegistrationReply no{false, "wrong token"};
   EXPECT_EQ(decode_registration_reply(encode_registration_reply(no), "reg/0/reply"), no);
+  const LeaderRecord leader{"10.0.0.1:29500", "h1", 4242, "ab12"};
+  EXPECT_EQ(json::parse(encode_leader(leader)),
+            json::parse(R"({"address": "10.0.0.1:29500", "host": "h1", "pid": 4242,
+                            "config": "ab12"})"));
+  EXPECT_EQ(decode_leader(encode_leader(leader), "leader"), leader);
+  for (const char* bad : {R"({"address": "a", "host": "h", "config": "c"})",
+                          R"({"address": "a", "host": "h", "pid": -1, "config": "c"})",
+                          R"({"address": 1, "host": "h", "pid": 1, "config": "c"})", "[]"}) {
+    const auto e = error_of([&] { decode_leader(bad, "leader"); });
+    EXPECT_NE(e.find("'leader'"), std::string::npos) << bad << ": " << e;
+  }
   for (const char* bad : {R"({"node": 1})", R"({"ok": "yes"})", R"({"ok": false})",
                           R"({"ok": true, "node": 1, "incarnation": 0, "devices": 0})"}) {
     const auto e = error_of([&] { decode_registration_reply(bad, "reg/0/reply"); });

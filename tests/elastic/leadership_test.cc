@@ -1,0 +1,520 @@
+// A coordinator's leadership in etcd (src/elastic/leadership.h), against a real 3-member etcd on
+// loopback (etcd_cluster.h):
+// - Leadership itself: a second coordinator is refused naming the holder (another config, or the
+//   same); decide() writes a key once and returns what stands; a leader whose lease was revoked
+//   (the evidence path of a takeover) loses at its next check and its fenced writes change nothing
+//   once another has won.
+// - Real runs (`breakwater coordinator --control etcd://...` and an agent on loopback): the run
+//   ends bitwise where the same run on the embedded store ends, with the same samples per step,
+//   and etcd's history holds exactly one decision per (generation, step), the leader key gone at
+//   the end; a coordinator paused (SIGSTOP) past its lease while another takes the lead exits 3 at
+//   its resumption with "lost leadership" and writes nothing after the new epoch, and its agent is
+//   told nothing.
+// - Bad input: a --control URL that does not parse, no --run-id, etcd unreachable (the endpoints
+//   named), a run id led by a live coordinator with another config: one error line, exit 2.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/file.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "../runtime/checkpoint_runs.h"
+#include "../runtime/cli_runner.h"
+#include "elastic/control_store_etcd.h"
+#include "elastic/keys.h"
+#include "elastic/leadership.h"
+#include "elastic/messages.h"
+#include "elastic/process.h"
+#include "etcd_cluster.h"
+#include "runtime/checkpointing.h"
+
+namespace bw::elastic {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using etcd_test::EtcdCluster;
+
+#define BW_REQUIRE_ETCD()                                                                     \
+  do {                                                                                        \
+    if (!etcd_test::find_etcd()) {                                                            \
+      const char* ci = std::getenv("CI");                                                     \
+      if (ci && std::string(ci) == "true") {                                                  \
+        FAIL() << "etcd is not installed (CI=true): scripts/setup.sh installs etcd-server";   \
+      }                                                                                       \
+      GTEST_SKIP() << "etcd not installed (apt-get install etcd-server): etcd cases skipped"; \
+    }                                                                                         \
+  } while (0)
+
+constexpr double kDeadlineS = 120;
+
+std::string dir() {
+  static const std::string d = bw::testing::scratch_dir(
+      (fs::temp_directory_path() / fmt::format("bw_leadership_{}", getpid())).string());
+  return d;
+}
+
+std::string corpus() {
+  static const std::string p = bw::testing::write_word_corpus(
+      (fs::path(dir()) / "corpus.txt").string(),
+      {"wave", "pipeline", "lease", "epoch", "fence", "leader", "standby", "quorum", "etcd"});
+  return p;
+}
+
+std::shared_ptr<ControlStore> client(const EtcdCluster& c, const std::string& run_id) {
+  return EtcdControlStore::connect(parse_control_url(c.url()), run_id, deadline_in(10s));
+}
+
+LeaderRecord record(const std::string& config) {
+  return {.address = "127.0.0.1:1", .host = "test", .pid = 1, .config = config};
+}
+
+// --- Leadership itself
+
+TEST(Leadership, ASecondCoordinatorIsRefusedNamingTheHolder) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  LeadershipOptions a{.key = "leader", .record = record("aaaa"), .ttl_s = 5};
+  Leadership first(client(cluster, "r1"), a, deadline_in(10s));
+  EXPECT_GT(first.epoch(), 0);
+  for (const std::string config : {"aaaa", "bbbb"}) {
+    LeadershipOptions b = a;
+    b.record.config = config;
+    b.record.address = "10.0.0.2:29500";
+    try {
+      Leadership second(client(cluster, "r1"), b, deadline_in(10s));
+      ADD_FAILURE() << "a second leader was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("127.0.0.1:1"), std::string::npos) << msg;  // the holder's address
+      EXPECT_NE(msg.find(fmt::format("epoch {}", first.epoch())), std::string::npos) << msg;
+      const bool other = config != "aaaa";
+      EXPECT_EQ(msg.find("another config") != std::string::npos, other) << msg;
+      EXPECT_EQ(msg.find("same config") != std::string::npos, !other) << msg;
+    }
+  }
+  // Another run id is another run.
+  LeadershipOptions c = a;
+  c.record.config = "cccc";
+  Leadership other_run(client(cluster, "r2"), c, deadline_in(10s));
+  EXPECT_GT(other_run.epoch(), first.epoch());
+}
+
+TEST(Leadership, DecideWritesAKeyOnceAndReturnsWhatStands) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "decide");
+  Leadership lead(store, {.key = "leader", .record = record("x"), .ttl_s = 5}, deadline_in(10s));
+  EXPECT_EQ(lead.decide("g0/decision/0", "commit"), "commit");
+  EXPECT_EQ(lead.decide("g0/decision/0", "abort"), "commit");  // the first write stands
+  const auto kv = store->get(lead.instance_prefix() + "g0/decision/0", deadline_in(5s));
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(kv->value, "commit");
+  EXPECT_EQ(kv->version, 1);  // written once
+  lead.put("store", "127.0.0.1:2");
+  EXPECT_EQ(store->get(lead.instance_prefix() + "store", deadline_in(5s))->value, "127.0.0.1:2");
+  lead.resign();
+  EXPECT_FALSE(store->get("leader", deadline_in(5s)).has_value());
+}
+
+TEST(Leadership, ARevokedLeaderLosesAtItsNextCheckAndWritesNothingOnceAnotherWon) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "revoked");
+  Leadership old(store, {.key = "leader", .record = record("x"), .ttl_s = 2}, deadline_in(10s));
+  EXPECT_EQ(old.decide("g0/decision/0", "commit"), "commit");
+  const std::string prefix = old.instance_prefix();
+  // Positive evidence of its death: another process revokes its lease; a standby wins.
+  auto other = client(cluster, "revoked");
+  other->revoke(old.lease(), deadline_in(5s));
+  const auto lease = other->grant_lease(10, deadline_in(5s));
+  const int64_t epoch = other->campaign("leader", "standby", lease.id, deadline_in(10s));
+  EXPECT_GT(epoch, old.epoch());
+  // Whether the renewal thread saw it first or the write does: LostLeadership, nothing written.
+  EXPECT_THROW(old.decide("g0/decision/1", "commit"), LostLeadership);
+  EXPECT_THROW(old.check(), LostLeadership);
+  EXPECT_THROW(old.put("store", "127.0.0.1:3"), LostLeadership);
+  EXPECT_FALSE(other->get(prefix + "g0/decision/1", deadline_in(5s)).has_value());
+  EXPECT_FALSE(other->get(prefix + "store", deadline_in(5s)).has_value());
+  EXPECT_EQ(other->leader("leader", deadline_in(5s))->epoch, epoch);
+}
+
+TEST(Leadership, AKeyTakenWhileTheLeaseLivesIsFencedOutByTheWriteItself) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "taken");
+  Leadership old(store, {.key = "leader", .record = record("x"), .ttl_s = 10}, deadline_in(10s));
+  const std::string prefix = old.instance_prefix();
+  // Its lease lives and is renewed, so check() sees nothing wrong: only the fence can stop it.
+  auto other = client(cluster, "taken");
+  ASSERT_TRUE(other->erase("leader", deadline_in(5s)));
+  const auto lease = other->grant_lease(10, deadline_in(5s));
+  const int64_t epoch = other->campaign("leader", "standby", lease.id, deadline_in(10s));
+  EXPECT_NO_THROW(old.check());
+  EXPECT_THROW(old.decide("g0/decision/0", "commit"), LostLeadership);
+  EXPECT_THROW(old.check(), LostLeadership);  // and it stays lost
+  EXPECT_FALSE(other->get(prefix + "g0/decision/0", deadline_in(5s)).has_value());
+  EXPECT_EQ(other->leader("leader", deadline_in(5s))->epoch, epoch);
+}
+
+// --- Real runs
+
+struct Run {
+  bw::testing::CliResult coordinator;
+  int agent = -1;
+  std::string agent_log;
+  std::string out_dir;
+};
+
+// The port of the coordinator's store in the newest run().
+int last_port = 0;
+
+// A run of `steps` steps of the tiny model, 2 workers on one agent, coordinator and agent on
+// loopback; `control` empty: the embedded store. `during` runs in the test while the coordinator
+// does (given its pid).
+template <class During>
+Run run(const std::string& name, int steps, const std::vector<std::string>& control,
+        During during, const std::string& base = dir()) {
+  Run r;
+  r.out_dir = (fs::path(base) / name).string();
+  const int port = etcd_test::free_port();
+  last_port = port;
+  const std::string at = fmt::format("127.0.0.1:{}", port);
+  std::vector<std::string> args = {"coordinator", "--listen", at, "--wait-s", "60"};
+  args.insert(args.end(), control.begin(), control.end());
+  for (const auto& a : bw::testing::tiny_train_args(
+           corpus(), r.out_dir, steps,
+           {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
+            "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0",
+            "--checkpoint.dir=" + r.out_dir + "/ckpt"})) {
+    args.push_back(a);
+  }
+  bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
+  r.agent_log = r.out_dir + ".agent.log";
+  fs::create_directories(fs::path(r.out_dir).parent_path());
+  auto agent = ChildProcess::spawn(
+      "/bin/sh", {"sh", "-c",
+                  fmt::format("exec '{}' agent --coordinator {} --node-name local --wait-s 20 "
+                              ">'{}' 2>&1",
+                              BW_BINARY, at, r.agent_log)});
+  r.coordinator = bw::testing::run_cli(args, r.out_dir + ".log", kDeadlineS, during);
+  // An agent whose coordinator is gone gives up after its --wait-s.
+  r.agent = agent.wait_or_kill(std::chrono::seconds(40));
+  r.agent_log = bw::testing::read_text(r.agent_log);
+  return r;
+}
+
+std::vector<std::string> step_samples(const std::string& out_dir) {
+  std::vector<std::string> out;
+  std::ifstream in(fs::path(out_dir) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    // A run still writing may show a partial last line.
+    const auto doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_object() && doc.contains("samples")) out.push_back(doc["samples"].get<std::string>());
+  }
+  return out;
+}
+
+// Every change etcd holds for the run, in order (watch from revision 1).
+std::vector<WatchEvent> history(ControlStore& store, const std::string& prefix) {
+  std::vector<WatchEvent> all;
+  int64_t from = 1;
+  const int64_t now = store.revision(deadline_in(5s));
+  while (from <= now) {
+    auto events = store.watch(prefix, from, deadline_in(2s));
+    if (events.empty()) break;
+    for (auto& e : events) all.push_back(std::move(e));
+    from = all.back().revision + 1;
+  }
+  return all;
+}
+
+constexpr int kSteps = 8;
+
+// The same run on the embedded store, once per build for every process of this binary (CTest runs
+// each case in its own), under a lock.
+const std::string& reference() {
+  static const std::string out = [] {
+    const auto shared =
+        fs::temp_directory_path() /
+        fmt::format("bw_leadership_ref_{:x}",
+                    std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
+    fs::create_directories(shared);
+    const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
+    ::flock(lock, LOCK_EX);
+    const auto done = shared / "done";
+    std::string dir = (shared / "embedded").string();
+    if (!fs::exists(done)) {
+      const auto r = run("embedded", kSteps, {}, [](pid_t) {}, shared.string());
+      if (r.coordinator.status == 0) {
+        std::ofstream(done) << "ok\n";
+      } else {
+        ADD_FAILURE() << "the reference run failed:\n" << r.coordinator.output;
+      }
+    }
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    return dir;
+  }();
+  return out;
+}
+
+// The run bitwise where the reference ends, with the same samples at every step.
+void expect_same_as_reference(const Run& got) {
+  ASSERT_EQ(got.coordinator.status, 0) << got.coordinator.output;
+  EXPECT_EQ(got.agent, 0) << got.agent_log;
+  bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(got.out_dir + "/ckpt", kSteps),
+                                    runtime::checkpoint_dir(reference() + "/ckpt", kSteps));
+  EXPECT_EQ(step_samples(got.out_dir), step_samples(reference()));
+  EXPECT_EQ(step_samples(got.out_dir).size(), static_cast<size_t>(kSteps));
+}
+
+// Waits (in a run's `during`) until the leader of `run_id` has written the decision of step k of
+// generation 0; returns the leader, or nullopt after 90 s.
+std::optional<Leader> wait_for_decision(ControlStore& store, int k) {
+  const auto until = ControlClock::now() + 90s;
+  while (ControlClock::now() < until) {
+    try {
+      const auto lead = store.leader(keys::leader(), deadline_in(5s));
+      if (lead && store.get(fmt::format("i{}/{}", lead->epoch, keys::decision(0, k)),
+                            deadline_in(5s))) {
+        return lead;
+      }
+    } catch (const ControlError&) {
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return std::nullopt;
+}
+
+// The keys of run `run_id`'s instance with how often each was put, from etcd's history.
+std::map<std::string, int> puts_of_instance(ControlStore& store, int64_t* epoch) {
+  *epoch = 0;
+  for (const auto& e : history(store, keys::leader())) {
+    if (e.key == keys::leader() && e.type == WatchEvent::Type::kPut) *epoch = e.revision;
+  }
+  std::map<std::string, int> puts;
+  for (const auto& e : history(store, fmt::format("i{}/", *epoch))) {
+    if (e.type == WatchEvent::Type::kPut) ++puts[e.key];
+  }
+  return puts;
+}
+
+TEST(FencedRun, EndsWhereTheEmbeddedRunEndsWithOneDecisionPerStepInEtcd) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  const auto got = run("etcd", kSteps, {"--control", cluster.url(), "--run-id", "fenced"},
+                       [](pid_t) {});
+  expect_same_as_reference(got);
+
+  auto store = client(cluster, "fenced");
+  EXPECT_FALSE(store->get(keys::leader(), deadline_in(5s)).has_value()) << "not resigned";
+  int64_t epoch = 0;
+  auto puts = puts_of_instance(*store, &epoch);
+  ASSERT_GT(epoch, 0);
+  const std::string prefix = fmt::format("i{}/", epoch);
+  for (int k = 0; k < kSteps; ++k) {
+    const auto key = prefix + keys::decision(0, k);
+    EXPECT_EQ(puts[key], 1) << key;
+    const auto kv = store->get(key, deadline_in(5s));
+    ASSERT_TRUE(kv.has_value()) << key;
+    EXPECT_EQ(decode_decision(kv->value, key), Decision::kCommit) << key;
+  }
+  int decisions = 0;
+  for (const auto& [key, n] : puts) decisions += key.find("/decision/") != std::string::npos;
+  EXPECT_EQ(decisions, kSteps);
+  EXPECT_EQ(puts[prefix + keys::leader_store()], 1);
+  EXPECT_EQ(puts[prefix + keys::checkpoint_commit(kSteps)], 1);  // the final checkpoint
+}
+
+TEST(FencedRun, TheEtcdLeaderKilledMidRunCostsNoStepAndNoTakeover) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "etcd-leader");
+  int killed = -1;
+  std::optional<Leader> before;
+  const auto got = run("etcd_leader_killed", kSteps,
+                       {"--control", cluster.url(), "--run-id", "etcd-leader"}, [&](pid_t) {
+                         before = wait_for_decision(*store, 2);
+                         killed = cluster.leader();
+                         if (killed >= 0) cluster.kill(killed);
+                       });
+  ASSERT_TRUE(before.has_value()) << "no decision 2";
+  ASSERT_GE(killed, 0) << "no etcd member said it leads";
+  expect_same_as_reference(got);
+  // The same coordinator led throughout (one leader put), and each step was decided once.
+  int64_t epoch = 0;
+  const auto puts = puts_of_instance(*store, &epoch);
+  EXPECT_EQ(epoch, before->epoch);
+  int decisions = 0;
+  for (const auto& [key, n] : puts) {
+    if (key.find("/decision/") == std::string::npos) continue;
+    ++decisions;
+    EXPECT_EQ(n, 1) << key;
+  }
+  EXPECT_EQ(decisions, kSteps);
+}
+
+TEST(FencedRun, TwoOfThreeMembersLostPauseTheRunUntilOneReturns) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "quorum");
+  size_t during_outage = 0, after_outage = 0;
+  bool decided = false;
+  const std::string out_dir = (fs::path(dir()) / "quorum_lost").string();
+  const auto got =
+      run("quorum_lost", kSteps, {"--control", cluster.url(), "--run-id", "quorum"}, [&](pid_t) {
+        decided = wait_for_decision(*store, 2).has_value();
+        cluster.kill(1);
+        cluster.kill(2);
+        // No quorum: at most the step already decided commits; then no step for 3 s.
+        std::this_thread::sleep_for(1500ms);
+        during_outage = step_samples(out_dir).size();
+        std::this_thread::sleep_for(3000ms);
+        after_outage = step_samples(out_dir).size();
+        cluster.restart(2);
+      });
+  ASSERT_TRUE(decided) << "no decision 2";
+  EXPECT_EQ(after_outage, during_outage) << "steps committed without a quorum";
+  EXPECT_LT(after_outage, static_cast<size_t>(kSteps));
+  expect_same_as_reference(got);
+}
+
+TEST(FencedRun, TwoOfThreeMembersLostPastTheLeaderlessTimeoutEndTheRunWithExit3) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "no-quorum");
+  bool decided = false;
+  const auto got = run("no_quorum", 200,
+                       {"--control", cluster.url(), "--run-id", "no-quorum",
+                        "--leaderless-timeout-s", "3"},
+                       [&](pid_t) {
+                         decided = wait_for_decision(*store, 2).has_value();
+                         cluster.kill(0);
+                         cluster.kill(1);
+                       });
+  ASSERT_TRUE(decided) << "no decision 2";
+  EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
+  EXPECT_NE(got.coordinator.output.find("did not answer for 3 s"), std::string::npos)
+      << got.coordinator.output;
+  EXPECT_NE(got.agent, 0) << got.agent_log;
+}
+
+TEST(FencedRun, ACoordinatorPausedPastItsLeaseExitsAtResumptionWithoutSideEffects) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "paused");
+  int64_t epoch = 0, old_epoch = 0;
+  std::string failure;
+  bool told_agents = false;
+  const auto got = run(
+      "paused", 200, {"--control", cluster.url(), "--run-id", "paused", "--lease-ttl-s", "2"},
+      [&](pid_t pid) {
+        // Wait for the third decision, then pause the coordinator past its lease.
+        const auto lead = wait_for_decision(*store, 2);
+        if (!lead) {
+          failure = "no decision 2 within 90 s";
+          return;
+        }
+        old_epoch = lead->epoch;
+        // A client of its store, as an agent is, to see what it writes there before it exits.
+        c10d::TCPStoreOptions opts;
+        opts.port = static_cast<uint16_t>(last_port);
+        opts.isServer = false;
+        opts.waitWorkers = false;
+        opts.timeout = std::chrono::milliseconds(5000);
+        c10::intrusive_ptr<c10d::TCPStore> tcp;
+        try {
+          tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+        } catch (const std::exception& e) {
+          failure = std::string("could not connect to the coordinator's store: ") + e.what();
+          return;
+        }
+        ::kill(pid, SIGSTOP);
+        // Its key goes with its lease; a standby (this test) takes the lead.
+        try {
+          const auto lease = store->grant_lease(30, deadline_in(5s));
+          epoch = store->campaign(keys::leader(), "standby", lease.id, deadline_in(20s));
+        } catch (const std::exception& e) {
+          failure = std::string("the test's campaign failed: ") + e.what();
+        }
+        ::kill(pid, SIGCONT);
+        // Until its store goes with it: does it tell its agents the run is over?
+        const auto until = ControlClock::now() + 30s;
+        while (ControlClock::now() < until) {
+          try {
+            if (tcp->check({keys::run_over()})) {
+              told_agents = true;
+              break;
+            }
+          } catch (const std::exception&) {
+            break;  // the store is gone
+          }
+        }
+      });
+  ASSERT_TRUE(failure.empty()) << failure;
+  EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
+  EXPECT_NE(got.coordinator.output.find("lost leadership"), std::string::npos)
+      << got.coordinator.output;
+  ASSERT_GT(epoch, old_epoch);
+  // Nothing written by the old leader after the new epoch began.
+  for (const auto& e : history(*store, fmt::format("i{}/", old_epoch))) {
+    EXPECT_LT(e.revision, epoch) << e.key << " = " << e.value;
+  }
+  // Its agents were told nothing: no end of run in its store (read until the store went), none
+  // in its agent's log, no node taken out.
+  EXPECT_FALSE(told_agents) << "the old coordinator published the end of the run";
+  EXPECT_EQ(got.agent_log.find("the run stopped"), std::string::npos) << got.agent_log;
+  EXPECT_EQ(got.agent_log.find("took node"), std::string::npos) << got.agent_log;
+}
+
+// --- Bad input
+
+void expect_refused(const std::vector<std::string>& control, const std::string& needle) {
+  std::vector<std::string> args = {"coordinator", "--listen", "127.0.0.1:0", "--wait-s", "5"};
+  args.insert(args.end(), control.begin(), control.end());
+  for (const auto& a : bw::testing::tiny_train_args(
+           corpus(), dir() + "/refused", 2,
+           {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
+            "--pipeline.fault_tolerance=0"})) {
+    args.push_back(a);
+  }
+  bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
+  const auto r = bw::testing::run_cli(args, dir() + "/refused.log", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+TEST(FencedRun, BadControlInputIsOneErrorExit2) {
+  expect_refused({"--control", "etcd://no-port-here"}, "etcd://no-port-here");
+  expect_refused({"--control", "etcd://127.0.0.1:2379"}, "--run-id");
+  expect_refused({"--run-id", "r"}, "--control etcd://");
+  const int port = etcd_test::free_port();  // nothing listens there
+  expect_refused({"--control", fmt::format("etcd://127.0.0.1:{}", port), "--run-id", "r"},
+                 fmt::format("127.0.0.1:{}", port));
+}
+
+TEST(FencedRun, ARunIdLedByALiveCoordinatorWithAnotherConfigIsRefused) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  Leadership holder(client(cluster, "taken"),
+                    {.key = keys::leader(), .record = record("another"), .ttl_s = 10},
+                    deadline_in(10s));
+  expect_refused({"--control", cluster.url(), "--run-id", "taken"}, "another config");
+}
+
+}  // namespace
+}  // namespace bw::elastic
