@@ -17,7 +17,7 @@ int64_t now_ms() {
 }
 
 // One call's own deadline inside a longer retry: a call that hangs is cut and tried again.
-constexpr std::chrono::milliseconds kCallMs{2000};
+constexpr std::chrono::milliseconds kCallMs{500};
 constexpr std::chrono::milliseconds kRetryMs{50};
 
 }  // namespace
