@@ -31,6 +31,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include <torch/torch.h>
 
 #include "bench_util.h"
 #include "model/gpt.h"

@@ -2,6 +2,7 @@
 #include "data/sampler.h"
 
 #include <fmt/format.h>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/error.h"

@@ -17,7 +17,7 @@
 // cache is guarded by a mutex). Copies share the cache.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
@@ -54,9 +54,9 @@ class Sampler {
   // The window index (see above) of global sample i >= 0.
   int64_t window_of(int64_t i) const;
   // Global sample i: inputs and targets, int64 [seq_len].
-  std::pair<torch::Tensor, torch::Tensor> sample(int64_t i) const;
+  std::pair<at::Tensor, at::Tensor> sample(int64_t i) const;
   // Samples [first, first + count) stacked to int64 [count, seq_len].
-  std::pair<torch::Tensor, torch::Tensor> batch(int64_t first, int count) const;
+  std::pair<at::Tensor, at::Tensor> batch(int64_t first, int count) const;
 
  private:
   std::shared_ptr<const std::vector<int64_t>> permutation(int64_t epoch) const;

@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/error.h"

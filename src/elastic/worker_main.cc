@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/error.h"

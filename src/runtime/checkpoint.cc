@@ -13,6 +13,7 @@
 #include <streambuf>
 #include <limits>
 #include <set>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/crc32c.h"

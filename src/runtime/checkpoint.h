@@ -26,7 +26,7 @@
 // Thread-safety: the functions are independent; concurrent writes to one path are not supported.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
@@ -40,13 +40,13 @@
 
 namespace bw::runtime {
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // "layers.{layer}.{param}": the checkpoint name of a layer's parameter.
 std::string checkpoint_tensor_name(int layer, const std::string& param);
 
 // "F32", "I64", ... for the dtypes safetensors defines; ConfigError for others.
-std::string safetensors_dtype(torch::ScalarType type);
+std::string safetensors_dtype(at::ScalarType type);
 
 // Writes `tensors` (any device, any strides; names unique and non-empty) with string metadata;
 // with `sync`, fsyncs the file and its directory before returning. Returns the file's digest.
@@ -55,7 +55,7 @@ FileDigest save_safetensors(const std::string& path, const NamedTensors& tensors
                             bool sync = true);
 
 struct SafetensorsFile {
-  std::map<std::string, torch::Tensor> tensors;  // CPU, contiguous
+  std::map<std::string, at::Tensor> tensors;  // CPU, contiguous
   std::map<std::string, std::string> metadata;
   FileDigest digest;  // of the whole file as read
 };

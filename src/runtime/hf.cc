@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/crc32c.h"

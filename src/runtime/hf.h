@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "model/gpt.h"
 #include "runtime/checkpoint.h"
@@ -37,7 +37,7 @@
 namespace bw::runtime {
 
 // Every breakwater parameter of the model, by (layer, name), fp32 on the CPU.
-using HfWeights = std::map<std::pair<int, std::string>, torch::Tensor>;
+using HfWeights = std::map<std::pair<int, std::string>, at::Tensor>;
 
 class MappedSafetensors;
 struct SafetensorsSpan;
@@ -52,7 +52,7 @@ class HfFolder {
 
   // Copies the weight of breakwater parameter `name` of layer `layer` into `dst` (its shape,
   // any floating dtype and device), then drops the file's pages of it from the process.
-  void copy_into(int layer, const std::string& name, torch::Tensor dst) const;
+  void copy_into(int layer, const std::string& name, at::Tensor dst) const;
   // What the folder holds, for comparing copies on different hosts: config.json's and every
   // weight file's size and CRC-32C (reads every file once, as above; ConfigError when a file's
   // recorded CRC-32C does not match).
@@ -81,7 +81,7 @@ std::shared_ptr<model::Layer> initial_layer(const model::GptConfig& config, int 
                                             uint64_t seed);
 
 struct HfExportOptions {
-  torch::ScalarType dtype = torch::kFloat32;  // or kBFloat16
+  at::ScalarType dtype = at::kFloat;  // or kBFloat16
   int64_t shard_bytes = int64_t{5} << 30;     // above this, sharded files and an index
   std::string tokenizer_json;                 // copied to OUT/tokenizer.json when not empty
 };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 #include <set>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/error.h"

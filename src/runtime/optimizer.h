@@ -14,7 +14,7 @@
 // Thread-safety: none; one worker thread owns an Optimizer.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
@@ -24,6 +24,10 @@
 #include <vector>
 
 #include "runtime/config.h"
+
+namespace torch::optim {
+class AdamW;
+}  // namespace torch::optim
 
 namespace bw::runtime {
 
@@ -41,18 +45,18 @@ double clip_scale(double total_sq_norm, double max_norm);
 
 // Sum of squared gradient entries of `params` (undefined gradients count 0), accumulated in
 // double: a worker's share of the global squared norm.
-double grad_sq_norm(const std::vector<torch::Tensor>& params);
+double grad_sq_norm(const std::vector<at::Tensor>& params);
 
 struct ParamState {
-  torch::Tensor exp_avg;     // same shape as the parameter, float
-  torch::Tensor exp_avg_sq;  // same shape as the parameter, float
+  at::Tensor exp_avg;     // same shape as the parameter, float
+  at::Tensor exp_avg_sq;  // same shape as the parameter, float
   int64_t step = 0;          // updates applied so far (0 = no state yet)
 };
 
 class Optimizer {
  public:
   // Names must be unique; the tensors are the live parameters (requires_grad).
-  Optimizer(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainConfig& config);
+  Optimizer(std::vector<std::pair<std::string, at::Tensor>> params, const TrainConfig& config);
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -62,7 +66,7 @@ class Optimizer {
   double step(int step, double grad_scale = 1.0);
   void zero_grad();
 
-  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
+  const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
 
   // Deep copies of the state by parameter name (parameters never updated are absent).
   std::map<std::string, ParamState> get_state() const;
@@ -72,13 +76,13 @@ class Optimizer {
 
   // The state as flat tensors for a safetensors file: "{name}.exp_avg", "{name}.exp_avg_sq" and
   // "{name}.step" (int64 scalar), in parameter order.
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
   // Inverse of state_tensors(); tensors of parameters this optimizer does not hold are ignored
   // (a checkpoint holds every layer), a held parameter missing from `tensors` is a ConfigError.
-  void load_state_tensors(const std::map<std::string, torch::Tensor>& tensors);
+  void load_state_tensors(const std::map<std::string, at::Tensor>& tensors);
 
  private:
-  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;
   TrainConfig train_;
   std::unique_ptr<torch::optim::AdamW> adamw_;  // null when there are no parameters
 };

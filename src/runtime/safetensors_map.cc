@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/crc32c.h"

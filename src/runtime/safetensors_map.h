@@ -20,7 +20,7 @@
 // mapping is read-only; a released page is mapped in again on the next read).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
@@ -31,7 +31,7 @@ namespace bw::runtime {
 
 // The scalar type of a dtype safetensors_dtype_bytes knows ("F32" -> kFloat32); defined beside
 // the other dtype tables in checkpoint.cc.
-torch::ScalarType safetensors_scalar_type(const std::string& dtype);
+at::ScalarType safetensors_scalar_type(const std::string& dtype);
 
 class MappedSafetensors {
  public:
@@ -46,7 +46,7 @@ class MappedSafetensors {
 
   // The span's tensor (its dtype and shape), a CPU view of the mapped bytes: never write to it,
   // and keep this object alive while it is used.
-  torch::Tensor view(const SafetensorsSpan& span) const;
+  at::Tensor view(const SafetensorsSpan& span) const;
   // Drops the pages of the span from this process (see the top comment).
   void release(const SafetensorsSpan& span) const;
   // Reads the whole file: ConfigError when the data's CRC-32C differs from the one the header

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <torch/torch.h>
 
 #include "core/error.h"
 

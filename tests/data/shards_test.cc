@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <torch/torch.h>
 
 #include "core/error.h"
 #include "data/dataset.h"

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <torch/torch.h>
 
 #include "core/crc32c.h"
 #include "core/error.h"

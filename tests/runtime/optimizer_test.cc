@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <torch/torch.h>
 
 #include "core/error.h"
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <torch/torch.h>
 
 #include "runtime/checkpoint.h"
 
