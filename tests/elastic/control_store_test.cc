@@ -28,18 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 using etcd_test::EtcdCluster;
 
-// Fails the test under CI=true (where scripts/setup.sh installs etcd), skips it elsewhere.
-#define BW_REQUIRE_ETCD()                                                                     \
-  do {                                                                                        \
-    if (!etcd_test::find_etcd()) {                                                            \
-      const char* ci = std::getenv("CI");                                                     \
-      if (ci && std::string(ci) == "true") {                                                  \
-        FAIL() << "etcd is not installed (CI=true): scripts/setup.sh installs etcd-server";   \
-      }                                                                                       \
-      GTEST_SKIP() << "etcd not installed (apt-get install etcd-server): etcd cases skipped"; \
-    }                                                                                         \
-  } while (0)
-
 enum class Backend { kEmbedded, kEtcd };
 
 double ms_since(ControlClock::time_point t) {

@@ -6,8 +6,8 @@
 // leader is replaced in well under a second and a 1 s lease is honoured (etcd's minimum TTL is 1.5
 // election timeouts).
 //
-// etcd missing: find_etcd() is empty; under CI=true the tests fail on it (BW_REQUIRE_ETCD in
-// control_store_test.cc), elsewhere they skip with one line.
+// etcd missing: find_etcd() is empty; under CI=true the tests fail on it (BW_REQUIRE_ETCD below),
+// elsewhere they skip with one line.
 #pragma once
 
 #include <fcntl.h>
@@ -32,6 +32,19 @@
 #include <vector>
 
 #include "elastic/control_store_etcd.h"
+
+// In a GoogleTest body: fails the test under CI=true (where scripts/setup.sh installs etcd),
+// skips it elsewhere.
+#define BW_REQUIRE_ETCD()                                                                     \
+  do {                                                                                        \
+    if (!::bw::elastic::etcd_test::find_etcd()) {                                             \
+      const char* ci = std::getenv("CI");                                                     \
+      if (ci && std::string(ci) == "true") {                                                  \
+        FAIL() << "etcd is not installed (CI=true): scripts/setup.sh installs etcd-server";   \
+      }                                                                                       \
+      GTEST_SKIP() << "etcd not installed (apt-get install etcd-server): etcd cases skipped"; \
+    }                                                                                         \
+  } while (0)
 
 namespace bw::elastic::etcd_test {
 

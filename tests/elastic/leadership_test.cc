@@ -47,17 +47,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using etcd_test::EtcdCluster;
 
-#define BW_REQUIRE_ETCD()                                                                     \
-  do {                                                                                        \
-    if (!etcd_test::find_etcd()) {                                                            \
-      const char* ci = std::getenv("CI");                                                     \
-      if (ci && std::string(ci) == "true") {                                                  \
-        FAIL() << "etcd is not installed (CI=true): scripts/setup.sh installs etcd-server";   \
-      }                                                                                       \
-      GTEST_SKIP() << "etcd not installed (apt-get install etcd-server): etcd cases skipped"; \
-    }                                                                                         \
-  } while (0)
-
 constexpr double kDeadlineS = 120;
 
 std::string dir() {
