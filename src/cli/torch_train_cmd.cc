@@ -336,8 +336,10 @@ void add_coordinator(CLI::App& app) {
       "ADDR:PORT\n"
       "The run token is elastic.run_token or BW_RUN_TOKEN (required). The store has no\n"
       "authentication of its own: listen on a trusted network only (docs/multihost.md).\n"
-      "train.out_dir and train.resume are read and written here only (checkpoints travel over\n"
-      "the store); data.path must hold the same corpus on every host (checked at registration).\n"
+      "Checkpoints: without checkpoint.dir they travel over the store into train.out_dir here;\n"
+      "with it, each host's workers write their shards there, on a shared filesystem or on each\n"
+      "host's own disk (docs/checkpoints.md). data.path must hold the same corpus on every host\n"
+      "(checked at registration).\n"
       "Run config overrides work as for `train` (--section.key=value).");
   cmd->callback([cmd, args] {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
