@@ -25,9 +25,9 @@
 #include "core/file_io.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "elastic/control_store_etcd.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
-#include "elastic/control_store_etcd.h"
 #include "elastic/leadership.h"
 #include "elastic/local_nodes.h"
 #include "elastic/messages.h"
@@ -1045,17 +1045,14 @@ void collect_traces(c10d::Store& store, RunReport& report) {
   }
 }
 
-// Worker processes: the store, the nodes (local agents, or remote ones that register), and the
-// supervisor that drives generations until the run ends.
 // --control etcd://...: connects (ConfigError naming the endpoints when none answers, or an etcd
 // older than 3.4) and takes the lead of the run id (leadership.h).
 std::unique_ptr<Leadership> lead_run(const RunSetup& setup, const CoordinatorOptions& options) {
   const ControlUrl url = parse_control_url(options.control);
   if (url.kind != ControlUrl::Kind::kEtcd) return nullptr;
   check_run_id(options.run_id);
-  const auto connect_by = deadline_in(std::chrono::milliseconds(10000));
-  std::shared_ptr<ControlStore> store =
-      EtcdControlStore::connect(url, options.run_id, connect_by);
+  const auto by = deadline_in(std::chrono::milliseconds(10000));  // connect and take the lead
+  std::shared_ptr<ControlStore> store = EtcdControlStore::connect(url, options.run_id, by);
   LeadershipOptions lo;
   lo.key = keys::leader();
   char host[256] = {};
@@ -1067,12 +1064,14 @@ std::unique_ptr<Leadership> lead_run(const RunSetup& setup, const CoordinatorOpt
   lo.ttl_s = options.lease_ttl_s;
   lo.leaderless_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(options.leaderless_timeout_s * 1000.0));
-  auto lead = std::make_unique<Leadership>(store, lo, deadline_in(std::chrono::milliseconds(10000)));
+  auto lead = std::make_unique<Leadership>(store, lo, by);
   runtime::log(runtime::LogLevel::kInfo, "leading run '{}' in {} at epoch {} (lease TTL {} s)",
                options.run_id, store->describe(), lead->epoch(), lo.ttl_s);
   return lead;
 }
 
+// Worker processes: the store, the nodes (local agents, or remote ones that register), and the
+// supervisor that drives generations until the run ends.
 void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& options) {
   const auto& config = setup.config;
   const auto& ctx = setup.ctx;
@@ -1180,7 +1179,6 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
                ctx.cluster.num_nodes);
   bool asked = false;
   try {
-    if (lead) lead->check();
     sup.start();
     for (;;) {
       // A process paused past its lease learns that before it acts (leadership.h).

@@ -68,12 +68,7 @@ Leadership::Leadership(std::shared_ptr<ControlStore> store, LeadershipOptions op
 }
 
 Leadership::~Leadership() {
-  {
-    std::lock_guard lk(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (renewer_.joinable()) renewer_.join();
+  stop_renewing();
   if (resigned_) return;
   try {  // a run that ended without resign(): its lease goes now rather than after its TTL
     store_->revoke(lease_, deadline_in(std::chrono::milliseconds(1000)));
@@ -166,13 +161,17 @@ void Leadership::put(const std::string& key, const std::string& value) {
   });
 }
 
-void Leadership::resign() {
+void Leadership::stop_renewing() {
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   if (renewer_.joinable()) renewer_.join();
+}
+
+void Leadership::resign() {
+  stop_renewing();
   resigned_ = true;
   try {
     store_->resign(opt_.key, epoch_, deadline_in(kCallMs));

@@ -78,6 +78,7 @@ class Leadership {
 
  private:
   void renew_loop();
+  void stop_renewing();  // ends the renewal thread (idempotent)
   // Runs `call` until it returns, retrying while the store is unreachable until the leaderless
   // timeout; FencedOut and LeaseGone become LostLeadership.
   template <class F>
