@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string value = bw::fuzz::text(data + 1, size - 1);
   using namespace bw::elastic;
   BW_FUZZ_EXPECT_CONFIG_ERRORS({
-    switch (data[0] % 13) {
+    switch (data[0] % 15) {
       // What decodes encodes back to itself (what a peer of this build sends reads back).
       case 0: {
         const auto r = decode_exit_report(value, "node/0/exit/0");
@@ -95,6 +95,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 12: {  // the control store's leader key (leadership.h)
         const auto r = decode_leader(value, "leader");
         if (decode_leader(encode_leader(r), "again") != r) std::abort();
+        break;
+      }
+      case 13: {  // the run's instance (leadership.h)
+        const auto r = decode_instance(value, "instance");
+        if (decode_instance(encode_instance(r), "again") != r) std::abort();
+        break;
+      }
+      case 14: {  // the run state a takeover reads (leadership.h)
+        const auto r = decode_run_state(value, "state");
+        if (decode_run_state(encode_run_state(r), "again") != r) std::abort();
         break;
       }
     }

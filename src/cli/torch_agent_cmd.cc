@@ -13,6 +13,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "elastic/agent.h"
+#include "elastic/control_store.h"
 #include "elastic/net.h"
 #include "elastic/slurm.h"
 #include "elastic/token.h"
@@ -41,6 +42,13 @@ void add_agent(CLI::App& app) {
                   "workers on this node; must match cluster.devices_per_node (default: the run's)");
   cmd->add_option("--wait-s", cli->args.wait_s,
                   "longest wait for the coordinator to answer, accept or come back (default 600)");
+  cmd->add_option("--control", cli->args.control,
+                  "etcd://HOST:PORT[,...]: the run's control store; the coordinator is whoever "
+                  "leads --run-id there, and the agent follows a takeover (docs/elastic.md)");
+  cmd->add_option("--run-id", cli->args.run_id, "the run's id in the control store (--control)");
+  cmd->add_option("--leaderless-timeout-s", cli->args.leaderless_timeout_s,
+                  "with --control: longest wait for a coordinator to take the run over before "
+                  "exit 3 (default 30)");
   cmd->add_option("--log-level", cli->log_level, "error | warn | info | debug");
   cmd->add_flag("--token-stdin", cli->args.token_stdin,
                 "read the run token from the first line of standard input and stop when it "
@@ -72,16 +80,36 @@ void add_agent(CLI::App& app) {
     } else {
       const auto slurm = elastic::slurm_defaults();
       std::string where = cli->coordinator;
-      if (where.empty()) where = slurm.coordinator;
-      if (where.empty()) {
-        throw ConfigError(
-            "agent: give --coordinator ADDR:PORT (the address the coordinator's --listen "
-            "printed)");
+      if (!args.control.empty()) {
+        // The coordinator's address is read from the control store.
+        const auto url = elastic::parse_control_url(args.control);
+        if (url.kind != elastic::ControlUrl::Kind::kEtcd) {
+          throw ConfigError(fmt::format(
+              "agent --control '{}': only an etcd control store (etcd://HOST:PORT) has a "
+              "coordinator to follow; leave --control out for the embedded store",
+              args.control));
+        }
+        if (args.run_id.empty()) throw ConfigError("agent --control needs --run-id");
+        if (!where.empty()) {
+          throw ConfigError(
+              "--coordinator and --control are two ways to find the coordinator; give one");
+        }
+        if (args.leaderless_timeout_s <= 0) {
+          throw ConfigError("--leaderless-timeout-s must be > 0");
+        }
+        elastic::check_run_id(args.run_id);
+      } else {
+        if (where.empty()) where = slurm.coordinator;
+        if (where.empty()) {
+          throw ConfigError(
+              "agent: give --coordinator ADDR:PORT (the address the coordinator's --listen "
+              "printed), or --control and --run-id");
+        }
+        const auto hp = elastic::parse_host_port(where, "--coordinator");
+        if (hp.port == 0) throw ConfigError("--coordinator needs the coordinator's port, not 0");
+        args.store_host = hp.host;
+        args.store_port = hp.port;
       }
-      const auto hp = elastic::parse_host_port(where, "--coordinator");
-      if (hp.port == 0) throw ConfigError("--coordinator needs the coordinator's port, not 0");
-      args.store_host = hp.host;
-      args.store_port = hp.port;
       if (args.node_name.empty()) args.node_name = slurm.node_name;
       args.devices = cli->devices;
       if (args.devices < 0 || (cmd->count("--devices") > 0 && args.devices < 1)) {

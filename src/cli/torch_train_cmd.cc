@@ -300,6 +300,7 @@ struct CoordinatorArgs {
   double leaderless_timeout_s = 30;
   std::vector<std::string> expect_names;
   bool quiet = false;
+  bool standby = false;
 };
 
 void add_coordinator(CLI::App& app) {
@@ -328,12 +329,16 @@ void add_coordinator(CLI::App& app) {
                   "with etcd: seconds the leadership outlives a silent coordinator (default 5)");
   cmd->add_option("--leaderless-timeout-s", args->leaderless_timeout_s,
                   "with etcd: longest wait for an unreachable etcd before exit 3 (default 30)");
+  cmd->add_flag("--standby", args->standby,
+                "with etcd: stand by, and take the run over (same config and --run-id) when its "
+                "coordinator goes; its agents then need --control and --run-id (docs/elastic.md)");
   cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
   cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
   cmd->allow_extras();
   cmd->footer(
       "\nOn every other host: BW_RUN_TOKEN=<the run token> breakwater agent --coordinator "
       "ADDR:PORT\n"
+      "(with --control etcd://...: breakwater agent --control etcd://... --run-id NAME)\n"
       "The run token is elastic.run_token or BW_RUN_TOKEN (required). The store has no\n"
       "authentication of its own: listen on a trusted network only (docs/multihost.md).\n"
       "Checkpoints: without checkpoint.dir they travel over the store into train.out_dir here;\n"
@@ -362,18 +367,21 @@ void add_coordinator(CLI::App& app) {
       if (args->lease_ttl_s < 1) {
         throw ConfigError(fmt::format("--lease-ttl-s must be >= 1, not {}", args->lease_ttl_s));
       }
-      if (!(args->leaderless_timeout_s > 0)) throw ConfigError("--leaderless-timeout-s must be > 0");
+      if (!(args->leaderless_timeout_s > 0))
+        throw ConfigError("--leaderless-timeout-s must be > 0");
     } else if (cmd->count("--run-id") + cmd->count("--lease-ttl-s") +
-                   cmd->count("--leaderless-timeout-s") > 0) {
+                   cmd->count("--leaderless-timeout-s") + cmd->count("--standby") >
+               0) {
       throw ConfigError(
-          "--run-id, --lease-ttl-s and --leaderless-timeout-s are for a run whose control store "
-          "is etcd; add --control etcd://HOST:PORT[,...]");
+          "--run-id, --lease-ttl-s, --leaderless-timeout-s and --standby are for a run whose "
+          "control store is etcd; add --control etcd://HOST:PORT[,...]");
     }
     elastic::CoordinatorOptions options;
     options.control = args->control;
     options.run_id = args->run_id;
     options.lease_ttl_s = args->lease_ttl_s;
     options.leaderless_timeout_s = args->leaderless_timeout_s;
+    options.standby = args->standby;
     options.listen = args->listen;
     options.wait_s = args->wait_s;
     options.expected_names = args->expect_names;

@@ -23,6 +23,10 @@ void add_worker(CLI::App& app) {
   cmd->add_option("--incarnation", args->incarnation);
   cmd->add_option("--gloo-host", args->gloo_host);
   cmd->add_option("--node-name", args->node_name);
+  cmd->add_option("--control", args->control);
+  cmd->add_option("--run-id", args->run_id);
+  cmd->add_option("--leader-epoch", args->leader_epoch);
+  cmd->add_option("--leaderless-timeout-s", args->leaderless_timeout_s);
   cmd->callback([args] {
     const int status = elastic::run_worker_process(*args);
     // Old process groups may still be closing on background threads: leave without running

@@ -17,6 +17,8 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/dataset.h"
+#include "elastic/control_store_etcd.h"
+#include "elastic/failover_store.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/messages.h"
@@ -67,7 +69,7 @@ enum class End { kShutdown, kWorkerExited, kFenced, kStoreLost, kRunOver };
 struct Node {
   int node = 0, devices = 1, incarnation = 0;
   std::string gloo_host = "127.0.0.1";
-  std::string name;  // the agent's node name (multi-host runs); its workers' shards say it
+  std::string name;     // the agent's node name (multi-host runs); its workers' shards say it
   bool remote = false;  // watch the fence and run-over keys
 };
 
@@ -82,51 +84,95 @@ milliseconds heartbeat_period(const runtime::RunConfig& config) {
 }
 
 // Starts the node's workers, heartbeats, watches them until the incarnation ends.
-Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
-               const runtime::RunConfig& config) {
-  c10d::Store& store = *handle;
-  const milliseconds period = heartbeat_period(config);
-  // A fault injected before this agent's first heartbeat (a hang or a crash while starting up).
-  if (!config.elastic.inject.empty()) {
-    Injector(parse_faults(config.elastic.inject), n.node, 0, handle).at(0, "agent_startup");
-  }
-  const std::string exe = args.executable.empty() ? self_executable() : args.executable;
-  std::vector<ChildProcess> workers;
+// `workers`: the node's workers when they run already (a run taken over by another coordinator:
+// watched again), else started here. With `follow` (a control store), a lost store leaves them
+// running: their store clients follow the leadership, and the agent registers again.
+// `replaced` (following the leadership): whether a coordinator with a newer epoch leads now.
+Ended run_node(Store handle, const AgentArgs& args, const Node& n, const runtime::RunConfig& config,
+               std::vector<ChildProcess>& workers, int64_t leader_epoch = 0,
+               const std::function<bool()>& replaced = {}) {
+  const bool follow = !args.control.empty();
+  // Following the leadership, the store is checked more often: a takeover waits for this agent.
+  const milliseconds period =
+      follow ? std::min(heartbeat_period(config), milliseconds(200)) : heartbeat_period(config);
   std::vector<int> ids;
-  for (int d = 0; d < n.devices; ++d) {
-    const int id = n.node * n.devices + d;
-    ids.push_back(id);
-    workers.push_back(ChildProcess::spawn(
-        exe, {exe, "worker", "--store-host", args.store_host, "--store-port",
-              std::to_string(args.store_port), "--worker-id", std::to_string(id), "--node",
-              std::to_string(n.node), "--device", std::to_string(d), "--incarnation",
-              std::to_string(n.incarnation), "--gloo-host", n.gloo_host, "--node-name",
-              n.name}));
+  for (int d = 0; d < n.devices; ++d) ids.push_back(n.node * n.devices + d);
+  if (workers.empty()) {
+    // A fault injected before this agent's first heartbeat (a hang or a crash while starting up).
+    if (!config.elastic.inject.empty()) {
+      Injector(parse_faults(config.elastic.inject), n.node, 0, handle).at(0, "agent_startup");
+    }
+    const std::string exe = args.executable.empty() ? self_executable() : args.executable;
+    for (int d = 0; d < n.devices; ++d) {
+      std::vector<std::string> argv = {exe,
+                                       "worker",
+                                       "--store-host",
+                                       args.store_host,
+                                       "--store-port",
+                                       std::to_string(args.store_port),
+                                       "--worker-id",
+                                       std::to_string(ids[d]),
+                                       "--node",
+                                       std::to_string(n.node),
+                                       "--device",
+                                       std::to_string(d),
+                                       "--incarnation",
+                                       std::to_string(n.incarnation),
+                                       "--gloo-host",
+                                       n.gloo_host,
+                                       "--node-name",
+                                       n.name};
+      if (follow) {
+        for (const auto& a : {std::string("--control"), args.control, std::string("--run-id"),
+                              args.run_id, std::string("--leader-epoch"),
+                              std::to_string(leader_epoch), std::string("--leaderless-timeout-s"),
+                              fmt::format("{}", args.leaderless_timeout_s)}) {
+          argv.push_back(a);
+        }
+      }
+      workers.push_back(ChildProcess::spawn(exe, argv));
+    }
   }
   auto kill_all = [&] {
     for (auto& w : workers) w.kill();
   };
+  // The connection in use (replaced after a timed-out call: it is out of step with its server).
+  auto store_of = [&]() -> c10d::Store& { return *handle; };
   auto last_beat = steady_clock::now() - period;
   std::vector<bool> finished(workers.size(), false);
   const auto fence = keys::node_fence(n.node, n.incarnation);
   while (true) {
     if (steady_clock::now() - last_beat >= period) {
       try {
-        store.add(keys::node_heartbeat(n.node), 1);
+        store_of().add(keys::node_heartbeat(n.node), 1);
         if (n.remote) {
-          if (store.check({fence})) {
+          if (store_of().check({fence})) {
             kill_all();
             return {End::kFenced};
           }
-          if (store.check({keys::run_over()})) {
+          if (store_of().check({keys::run_over()})) {
             // Workers leave by themselves after the shutdown; give them a moment.
             for (auto& w : workers) w.wait_or_kill(seconds(5));
             return {End::kRunOver};
           }
         }
-      } catch (const std::exception&) {
-        kill_all();
+      } catch (const c10::DistNetworkError&) {
+        if (!follow) kill_all();
         return {End::kStoreLost};
+      } catch (const std::exception&) {
+        if (!follow) {
+          kill_all();
+          return {End::kStoreLost};
+        }
+        // Following the leadership: a slow store is a coordinator paused or cut off. Replaced by
+        // a newer one: go to it; else beat again later on a fresh connection.
+        if (replaced && replaced()) return {End::kStoreLost};
+        try {
+          handle = connect_store(args.store_host, args.store_port, milliseconds(1000));
+          handle->setTimeout(milliseconds(1000));
+        } catch (const std::exception&) {
+          if (replaced && replaced()) return {End::kStoreLost};
+        }
       }
       last_beat = steady_clock::now();
     }
@@ -144,16 +190,17 @@ Ended run_node(const Store& handle, const AgentArgs& args, const Node& n,
       }
       // A worker that failed because the coordinator went away (its store stopped answering) is
       // the coordinator's loss, not the worker's: the agent says which coordinator it lost.
-      if (!store_answers(store)) {
+      // (Workers that follow the leadership outlive their coordinator: their exit is theirs.)
+      if (!follow && !store_answers(store_of())) {
         kill_all();
         return {End::kStoreLost};
       }
       // A worker died or failed: report it at once, then take the node out.
       const auto report = encode_exit_report({ids[i], *status, n.incarnation});
       try {
-        store.set(keys::node_exit(n.node, n.incarnation),
-                  std::vector<uint8_t>(report.begin(), report.end()));
-        store.add(keys::exits(), 1);
+        store_of().set(keys::node_exit(n.node, n.incarnation),
+                       std::vector<uint8_t>(report.begin(), report.end()));
+        store_of().add(keys::exits(), 1);
       } catch (const std::exception&) {
       }
       kill_all();
@@ -361,10 +408,10 @@ int run_remote_agent(AgentArgs args) {
                                 name.empty() ? std::string() : " '" + name + "'", where,
                                 first_line(e)));
   } catch (const nlohmann::json::exception& e) {
-    throw CommError(fmt::format("agent{}: the coordinator at {} sent a reply that does not parse "
-                                "({}); is it the same breakwater version?",
-                                name.empty() ? std::string() : " '" + name + "'", where,
-                                e.what()));
+    throw CommError(
+        fmt::format("agent{}: the coordinator at {} sent a reply that does not parse "
+                    "({}); is it the same breakwater version?",
+                    name.empty() ? std::string() : " '" + name + "'", where, e.what()));
   }
 }
 
@@ -390,7 +437,8 @@ int local_agent(const AgentArgs& args) {
   n.devices = args.devices;
   n.incarnation = args.incarnation;
   n.gloo_host = args.gloo_host.empty() ? "127.0.0.1" : args.gloo_host;
-  const auto ended = run_node(store, args, n, config);
+  std::vector<ChildProcess> workers;
+  const auto ended = run_node(store, args, n, config, workers);
   if (ended.end == End::kStoreLost) {
     runtime::log(runtime::LogLevel::kError,
                  "agent of node {}: lost the coordinator at {}:{} (its store stopped answering); "
@@ -413,20 +461,44 @@ int remote_agent(AgentArgs args) {
     args.node_name = host;
   }
   runtime::set_log_name(fmt::format("agent {}", args.node_name));
+  // A control store (--control): the coordinator is the run's leader, found there.
+  std::shared_ptr<ControlStore> control;
+  std::unique_ptr<LeaderFollower> follower;
+  StoreAt leader;
+  if (!args.control.empty()) {
+    control = EtcdControlStore::connect(parse_control_url(args.control), args.run_id,
+                                        deadline_in(seconds(10)));
+    leader =
+        locate_leader_store(*control, 0, milliseconds(static_cast<int64_t>(args.wait_s * 1000)));
+    args.store_host = leader.host;
+    args.store_port = leader.port;
+    const milliseconds leaderless(static_cast<int64_t>(args.leaderless_timeout_s * 1000));
+    follower = std::make_unique<LeaderFollower>(
+        leader,
+        [control, leaderless](int64_t after) {
+          return locate_leader_store(*control, after, leaderless);
+        },
+        [control](int64_t after) { return find_leader_store(*control, after); });
+    follower->watch(milliseconds(250));
+  }
   Node n;
   n.remote = true;
   n.gloo_host = args.gloo_host.empty() ? gloo_address(args.store_host) : args.gloo_host;
-  const std::string where = fmt::format("{}:{}", args.store_host, args.store_port);
   const auto give_up = [&] {
     return CommError(fmt::format(
-        "agent '{}': the coordinator at {} could not be reached for {:.0f} s (--wait-s); is it "
+        "agent '{}': the coordinator at {}:{} could not be reached for {:.0f} s (--wait-s); is it "
         "running, and is the address one it listens on?",
-        args.node_name, where, args.wait_s));
+        args.node_name, args.store_host, args.store_port, args.wait_s));
   };
   auto deadline = steady_clock::now() + milliseconds(static_cast<int64_t>(args.wait_s * 1000));
   std::unique_ptr<HostCheckpoints> host_checkpoints;
   bool shares_checkpoint_dir = false;
+  // The node's workers while they run; after a takeover they run on, and the agent registers
+  // again as the node and incarnation it was (`rejoin`).
+  std::vector<ChildProcess> workers;
+  std::optional<std::pair<int, int>> rejoin;
   while (true) {
+    const std::string where = fmt::format("{}:{}", args.store_host, args.store_port);
     // Connect (c10d retries until the timeout) and register.
     Store store;
     runtime::RunConfig config;
@@ -457,6 +529,10 @@ int remote_agent(AgentArgs args) {
                               reg);
         shares_checkpoint_dir = reg.checkpoint_shared;
       }
+      if (rejoin) {
+        reg.node = rejoin->first;
+        reg.incarnation = rejoin->second;
+      }
       index = static_cast<int>(store->add(keys::registrations(), 1)) - 1;
       if (!args.token.empty()) reg.proof = token_proof(args.token, nonce, index);
       const auto text = encode_registration(reg);
@@ -474,6 +550,13 @@ int remote_agent(AgentArgs args) {
     }
     const auto reply_key = keys::registration_reply(index);
     const auto reply = decode_registration_reply(get_string(*store, reply_key), reply_key);
+    if (!workers.empty() &&
+        (!reply.ok || reply.node != rejoin->first || reply.incarnation != rejoin->second)) {
+      // The new coordinator did not take this node back as it was: its workers start afresh.
+      for (auto& w : workers) w.kill();
+      workers.clear();
+    }
+    rejoin.reset();
     if (!reply.ok) {
       if (store->check({keys::run_over()})) {
         return get_string(*store, keys::run_over()) == "finished" ? 0 : 3;
@@ -486,17 +569,37 @@ int remote_agent(AgentArgs args) {
     n.devices = reply.devices;
     n.name = args.node_name;
     if (!host_checkpoints && !config.checkpoint.dir.empty() && !shares_checkpoint_dir) {
-      host_checkpoints = std::make_unique<HostCheckpoints>(
-          args.store_host, args.store_port, config.checkpoint.dir, config.checkpoint.keep,
-          args.node_name);
+      host_checkpoints =
+          std::make_unique<HostCheckpoints>(args.store_host, args.store_port, config.checkpoint.dir,
+                                            config.checkpoint.keep, args.node_name);
     }
     runtime::log(runtime::LogLevel::kInfo,
                  "agent '{}' is node {} (incarnation {}), {} worker(s), Gloo on {}", args.node_name,
                  n.node, n.incarnation, n.devices, n.gloo_host);
-    // Store calls give up after one heartbeat timeout, as the coordinator does on this node.
+    // Store calls give up after one heartbeat timeout, as the coordinator does on this node;
+    // following the leadership, after a second (a paused coordinator may have been replaced).
     store->setTimeout(milliseconds(
-        std::max<int64_t>(1000, static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000))));
-    const auto ended = run_node(store, args, n, config);
+        control ? 1000
+                : std::max<int64_t>(
+                      1000, static_cast<int64_t>(config.elastic.heartbeat_timeout_s * 1000))));
+    const auto ended = run_node(store, args, n, config, workers, leader.epoch, [&] {
+      return follower && follower->newer(leader.epoch).has_value();
+    });
+    if (ended.end == End::kStoreLost && control) {
+      runtime::log(runtime::LogLevel::kWarn,
+                   "agent '{}': the coordinator's store at {} went; its workers run on while it "
+                   "waits up to {:.0f} s for a coordinator that takes the run over",
+                   args.node_name, where, args.leaderless_timeout_s);
+      leader = follower->after(leader.epoch);
+      args.store_host = leader.host;
+      args.store_port = leader.port;
+      rejoin = std::make_pair(n.node, n.incarnation);
+      runtime::log(runtime::LogLevel::kInfo, "agent '{}': the run is led at epoch {}, store {}:{}",
+                   args.node_name, leader.epoch, leader.host, leader.port);
+      deadline = steady_clock::now() + milliseconds(static_cast<int64_t>(args.wait_s * 1000));
+      continue;
+    }
+    workers.clear();  // they have ended (or were killed)
     switch (ended.end) {
       case End::kShutdown:
       case End::kRunOver: {

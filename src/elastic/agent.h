@@ -14,7 +14,8 @@
 //    coordinator's reason. When the coordinator fences its node (its heartbeats stopped arriving,
 //    say a cut link) or the store stops answering, it stops its workers and registers again as
 //    soon as the coordinator can be reached, so the node re-joins; it gives up (exit 3) when the
-//    coordinator stays unreachable for `wait_s`. It exits 0 when the run finishes.
+//    coordinator stays unreachable for `wait_s`. It exits 0 when the run finishes. With
+//    `control` set, a lost store is a coordinator to follow, not a reason to stop (see below).
 //
 // Thread-safety: runs on the calling thread.
 #pragma once
@@ -38,6 +39,13 @@ struct AgentArgs {
   // Started by `breakwater launch`: the token is the first line of standard input, and the
   // agent (with its workers) ends when that input closes (the launcher has gone).
   bool token_stdin = false;
+  // A run whose control store is etcd (`--control`, leadership.h): the coordinator is whoever
+  // leads `run_id` (its store's address read from the control store). When its store goes, the
+  // agent keeps its workers (their store clients follow the leadership too), waits up to
+  // `leaderless_timeout_s` for a coordinator that takes the run over, and registers again with
+  // it as the same node and incarnation.
+  std::string control, run_id;
+  double leaderless_timeout_s = 30;
 };
 
 // Returns the process exit status.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,11 +20,11 @@
 #include <random>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/torch.h>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/json.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "elastic/control_store_etcd.h"
@@ -199,7 +201,9 @@ class Metrics {
            {"transfer_ms", e.transfer_ms},
            {"transfer_bytes", e.transfer_bytes},
            {"replay_ms", e.replay_ms},
-           {"recovery_ms", e.recovery_ms}});
+           {"recovery_ms", e.recovery_ms},
+           {"campaign_ms", e.campaign_ms},
+           {"reconcile_ms", e.reconcile_ms}});
   }
 
  private:
@@ -286,12 +290,16 @@ struct RunSetup {
   bool resume_elsewhere = false;
   // "files" | "store" | "hosts" (keys::checkpoint_io), set when the cluster is known.
   std::string checkpoint_io = "files";
-  SkipCount skips;     // non-finite steps skipped (one process; the supervisor keeps its own)
+  SkipCount skips;  // non-finite steps skipped (one process; the supervisor keeps its own)
   std::vector<int> trace_steps;
   std::optional<runtime::OutDirLock> out_lock;  // one run per out_dir
   // The run's leadership in etcd (options.control), when it has one: every decision and
   // checkpoint commit is fenced by it.
   std::unique_ptr<Leadership> leadership;
+  // A standby (options.standby): when it last saw its predecessor's store answer (SystemClock
+  // ms; 0 = never), and whether it found nothing to take over.
+  double predecessor_alive_ms = 0;
+  bool idle = false;
 };
 
 void check_faults(const RunSetup& s) {
@@ -511,8 +519,7 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
   resolved.model = s.model;
   resolved.data_vocab = dataset.vocab_size();
   resolved.data_tokenizer = s.run_data->tokenizer_path;
-  resolved.precision =
-      model::precision_name(runtime::run_precision(config.train, config.cluster));
+  resolved.precision = model::precision_name(runtime::run_precision(config.train, config.cluster));
   resolved.layout = s.run.layout;
   io::write_file((fs::path(config.train.out_dir) / "config.toml").string(),
                  runtime::saved_config_toml(config, resolved), "resolved config");
@@ -796,14 +803,14 @@ void run_single_process(RunSetup& setup, RunReport& report) {
       runtime::retain_checkpoints(root, config.checkpoint.keep);
     }
   };
-  const auto drain_deadline = std::chrono::milliseconds(
-      static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
+  const auto drain_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0));
   double checkpoint_ms = 0.0;
   auto write_checkpoint = [&](int steps_done) {
     saved_skips[steps_done] = skips;
-    checkpoint_ms = sink->save(runtime::checkpoint_dir(root, steps_done), steps_done, 0,
-                               worker.owned_layers(), worker.owned_parameters(),
-                               worker.owned_optimizer_state());
+    checkpoint_ms =
+        sink->save(runtime::checkpoint_dir(root, steps_done), steps_done, 0, worker.owned_layers(),
+                   worker.owned_parameters(), worker.owned_optimizer_state());
   };
   auto t_prev = SteadyClock::now();
   std::optional<SteadyClock::time_point> last_checkpoint;  // checkpoint.every_s
@@ -837,9 +844,8 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     if (config.checkpoint.every_s > 0) {
       const auto now = SteadyClock::now();
       if (!last_checkpoint) last_checkpoint = now;
-      checkpoint = checkpoint ||
-                   std::chrono::duration<double>(now - *last_checkpoint).count() >=
-                       config.checkpoint.every_s;
+      checkpoint = checkpoint || std::chrono::duration<double>(now - *last_checkpoint).count() >=
+                                     config.checkpoint.every_s;
       if (checkpoint) last_checkpoint = now;
     }
     if (checkpoint) write_checkpoint(step + 1);
@@ -865,7 +871,8 @@ void run_single_process(RunSetup& setup, RunReport& report) {
     report.step(std::move(s));
     if (worker.traced(step)) report.traced().back().ranks.push_back(worker.take_trace(step));
   }
-  runtime::drain_all(*sink, drain_deadline, commit);  // the final checkpoint is durable before the run ends
+  runtime::drain_all(*sink, drain_deadline,
+                     commit);  // the final checkpoint is durable before the run ends
   report.write_trace(true);
 }
 
@@ -952,8 +959,8 @@ void connect_supervisor(Supervisor& sup, RunSetup& setup, RunReport& report,
         auto d = runtime::durable_shard_from_json(
             nlohmann::json::parse(std::string(bytes.begin(), bytes.end()), nullptr, false), key);
         BW_CHECK(d.steps_done == steps_done && d.files.shard == r,
-                 "{} acknowledges shard {} of step {}, not shard {} of step {}", key,
-                 d.files.shard, d.steps_done, r, steps_done);
+                 "{} acknowledges shard {} of step {}, not shard {} of step {}", key, d.files.shard,
+                 d.steps_done, r, steps_done);
         info.shards.push_back(d.files);
         for (const auto& [name, digest] : d.digests) info.files[name] = digest;
         store->deleteKey(key);
@@ -1047,7 +1054,7 @@ void collect_traces(c10d::Store& store, RunReport& report) {
 
 // --control etcd://...: connects (ConfigError naming the endpoints when none answers, or an etcd
 // older than 3.4) and takes the lead of the run id (leadership.h).
-std::unique_ptr<Leadership> lead_run(const RunSetup& setup, const CoordinatorOptions& options) {
+std::unique_ptr<Leadership> lead_run(RunSetup& setup, const CoordinatorOptions& options) {
   const ControlUrl url = parse_control_url(options.control);
   if (url.kind != ControlUrl::Kind::kEtcd) return nullptr;
   check_run_id(options.run_id);
@@ -1057,17 +1064,91 @@ std::unique_ptr<Leadership> lead_run(const RunSetup& setup, const CoordinatorOpt
   lo.key = keys::leader();
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
+  // The run's identity: its config, less where this coordinator writes its own files (a standby
+  // on another host has its own train.out_dir).
+  runtime::RunConfig identity = setup.config;
+  identity.train.out_dir.clear();
   lo.record = {.address = options.listen,
                .host = host,
                .pid = ::getpid(),
-               .config = sha256_hex(runtime::to_toml(setup.config))};
+               .config = sha256_hex(runtime::to_toml(identity))};
   lo.ttl_s = options.lease_ttl_s;
   lo.leaderless_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(options.leaderless_timeout_s * 1000.0));
+  if (options.standby) {
+    lo.standby = true;
+    lo.cancelled = [] { return g_signals > 0; };
+    // The evidence path: the store its predecessor published after it won refuses connections.
+    lo.holder_dead = [store, &setup](const LeaderRecord&, int64_t epoch) {
+      try {
+        const auto call = deadline_in(std::chrono::milliseconds(500));
+        const auto inst = store->get(keys::instance(), call);
+        if (!inst) return false;
+        const auto at =
+            store->get(fmt::format("i{}/{}", decode_instance(inst->value, keys::instance()).epoch,
+                                   keys::leader_store()),
+                       call);
+        if (!at || at->mod_revision < epoch) return false;  // not this holder's store
+        const HostPort hp = parse_host_port(at->value, "the leader's store address");
+        const auto probe = probe_tcp(hp.host, hp.port, std::chrono::milliseconds(200));
+        if (probe == Probe::kOpen) setup.predecessor_alive_ms = SystemClock().now_ms();
+        return probe == Probe::kRefused;
+      } catch (const std::exception&) {
+        return false;  // no evidence
+      }
+    };
+    runtime::log(runtime::LogLevel::kInfo, "standing by for run '{}' in {} (lease TTL {} s)",
+                 options.run_id, store->describe(), lo.ttl_s);
+  }
   auto lead = std::make_unique<Leadership>(store, lo, by);
-  runtime::log(runtime::LogLevel::kInfo, "leading run '{}' in {} at epoch {} (lease TTL {} s)",
-               options.run_id, store->describe(), lead->epoch(), lo.ttl_s);
+  runtime::log(runtime::LogLevel::kInfo, "leading run '{}' in {} at epoch {} (lease TTL {} s{})",
+               options.run_id, store->describe(), lead->epoch(), lo.ttl_s,
+               lead->took_on_evidence() ? ", its predecessor's lease revoked on evidence" : "");
   return lead;
+}
+
+// The run state a coordinator that takes the run over reads (keys::run_state).
+RunState run_state(const Supervisor& sup, const RemoteNodes* hosts, const RunSetup& setup,
+                   int first_step, const std::string& start, const SkipCount& skips) {
+  RunState st;
+  st.generation = sup.current().layout.generation;
+  st.first_step = first_step;
+  st.skipped = skips.total;
+  st.consecutive_skips = skips.consecutive;
+  st.start = start;
+  st.plan = plan::to_json(sup.current().plan).dump();
+  st.checkpoint_io = setup.checkpoint_io;
+  for (const auto& v : sup.node_views()) {
+    st.nodes.push_back({.node = v.node,
+                        .name = hosts ? hosts->name(v.node) : std::string(),
+                        .incarnation = v.incarnation,
+                        .live = v.live,
+                        .in_plan = v.in_plan});
+  }
+  return st;
+}
+
+// What a standby that won found: the generation its predecessor published last, the decisions
+// of that generation that stand, and which agents came back.
+Adoption adoption(const RunState& state, const PlanContext& ctx, Leadership& lead, int steps,
+                  const std::set<int>& back) {
+  Adoption a;
+  a.run = layout_plan(ctx, plan::plan_from_json(json::parse(state.plan, "the run state's plan")));
+  a.first_step = state.first_step;
+  a.start = state.start;
+  a.skips = {state.skipped, state.consecutive_skips};
+  const int g = a.run.layout.generation;
+  for (int step = state.first_step; step <= steps; ++step) {
+    const auto d = lead.get(keys::decision(g, step));
+    if (!d) break;
+    a.decisions[step] = *d;
+  }
+  for (const auto& n : state.nodes) {
+    a.nodes.push_back(
+        {.node = n.node, .incarnation = n.incarnation, .live = n.live, .in_plan = n.in_plan});
+  }
+  a.back = back;
+  return a;
 }
 
 // Worker processes: the store, the nodes (local agents, or remote ones that register), and the
@@ -1081,6 +1162,33 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   if (remote) listen = parse_host_port(options.listen, "--listen");
   setup.leadership = lead_run(setup, options);
   Leadership* lead = setup.leadership.get();
+  SystemClock clock;
+  // A standby that won takes over the run its predecessor led (Supervisor::adopt).
+  std::optional<RunState> adopted;
+  double led_ms = 0;
+  if (lead && options.standby) {
+    led_ms = clock.now_ms();
+    if (lead->nothing_to_take_over()) {
+      runtime::log(runtime::LogLevel::kInfo,
+                   "run '{}' is over (or no coordinator ever led it): nothing to take over",
+                   options.run_id);
+      lead->resign();
+      setup.idle = true;
+      return;
+    }
+    const auto text = lead->get(keys::run_state());
+    if (!text) {
+      throw CommError(fmt::format(
+          "run '{}': its coordinator went before it started the run (no run state in the "
+          "control store); start the run again",
+          options.run_id));
+    }
+    adopted = decode_run_state(*text, keys::run_state());
+    if (setup.predecessor_alive_ms == 0) setup.predecessor_alive_ms = led_ms;
+    runtime::log(runtime::LogLevel::kInfo,
+                 "taking over run '{}' at generation {} (epoch {}, instance {})", options.run_id,
+                 adopted->generation, lead->epoch(), lead->instance());
+  }
   const auto store = host_store(
       listen.host, listen.port,
       std::chrono::milliseconds(static_cast<int64_t>(config.elastic.step_timeout_s * 1000.0)));
@@ -1094,6 +1202,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   const std::string exe = options.executable.empty() ? self_executable() : options.executable;
   std::unique_ptr<LocalNodes> local;
   std::unique_ptr<RemoteNodes> hosts;
+  std::set<int> back;  // a takeover: the nodes whose agents came back
   // Where checkpoints go (keys::checkpoint_io). Local workers share this filesystem and write and
   // read checkpoints themselves, in parallel ("files"). Across hosts: without checkpoint.dir
   // nothing is assumed shared and checkpoints travel through the store ("store", shard_store.h);
@@ -1115,8 +1224,24 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     }
     if (!config.checkpoint.dir.empty()) hosts->require_checkpoint_dir(config.checkpoint.dir);
     if (options.on_listen) options.on_listen(listen.host, store->getPort());
-    hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
-    if (config.checkpoint.dir.empty()) {
+    if (adopted) {
+      hosts->adopt(adopted->nodes);
+      std::set<int> expected;
+      for (const auto& n : adopted->nodes) {
+        if (n.live) expected.insert(n.node);
+      }
+      // A live agent finds the new store within a fraction of a second; one silent for a
+      // heartbeat timeout is lost, as a node whose heartbeats stop.
+      back = hosts->wait_for_returns(expected, config.elastic.heartbeat_timeout_s,
+                                     [] { return g_signals > 0; });
+      setup.checkpoint_io = adopted->checkpoint_io;
+      if (setup.checkpoint_io == "files") hosts->require_shared_checkpoint_dir();
+    } else {
+      hosts->wait_for_agents(options.wait_s, options.expected_names, [] { return g_signals > 0; });
+    }
+    if (adopted) {
+      // As its predecessor decided (below).
+    } else if (config.checkpoint.dir.empty()) {
       setup.checkpoint_io = "store";
     } else if (hosts->all_share_checkpoint_dir()) {
       hosts->require_shared_checkpoint_dir();
@@ -1145,7 +1270,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   // publishes it per layer through the store when only it can read it ("store", or "hosts" with
   // a checkpoint whose shards are all here); or each host loads the shards of the manifest it
   // holds and fetches the rest from a peer over the transport ("hosts").
-  if (!setup.resume.empty()) {
+  if (!setup.resume.empty() && !adopted) {
     if (setup.resume_elsewhere && setup.checkpoint_io != "hosts") {
       throw ConfigError(fmt::format(
           "the shards of train.resume {} are not all on this host, and every host of this run "
@@ -1167,19 +1292,51 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     }
   }
   Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
-  SystemClock clock;
   Supervisor sup(store, clock, nodes, ctx, setup.run, supervisor_options(setup));
   connect_supervisor(sup, setup, report, store);
   if (lead) {
-    sup.on_decide = [lead](const std::string& key, const std::string& text) {
-      return lead->decide(key, text);
+    // Test hook (tests/elastic/leadership_test.cc): BW_KILL_AFTER_DECISION=<n> kills this
+    // process right after its n-th decision is durable in etcd, before any worker can read it.
+    int kill_after = -1;
+    if (const char* v = std::getenv("BW_KILL_AFTER_DECISION")) kill_after = std::atoi(v);
+    sup.on_decide = [lead, kill_after, decided = 0](const std::string& key,
+                                                    const std::string& text) mutable {
+      auto stands = lead->decide(key, text);
+      if (++decided == kill_after) ::raise(SIGKILL);
+      return stands;
+    };
+    // Each generation's state, durable before any worker sees it: what a takeover adopts.
+    // Test hook: BW_KILL_AT_STATE=<n>[:before] kills this process right after the n-th run state
+    // is durable (before any worker can read that generation), or, with ":before", right before
+    // it is written (every survivor has reported to this process's store what it holds).
+    int kill_at_state = -1;
+    bool kill_before = false;
+    if (const char* v = std::getenv("BW_KILL_AT_STATE")) {
+      kill_at_state = std::atoi(v);
+      kill_before = std::string(v).find(":before") != std::string::npos;
+    }
+    sup.on_publish = [lead, &sup, &hosts, &setup, kill_at_state, kill_before, published = 0](
+                         int first_step, const std::string& start, const SkipCount& skips) mutable {
+      const bool kill = ++published == kill_at_state;
+      if (kill && kill_before) ::raise(SIGKILL);
+      lead->put(keys::run_state(),
+                encode_run_state(run_state(sup, hosts.get(), setup, first_step, start, skips)));
+      if (kill) ::raise(SIGKILL);
     };
   }
   runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
                ctx.cluster.num_nodes);
   bool asked = false;
   try {
-    sup.start();
+    if (adopted) {
+      Adoption a = adoption(*adopted, ctx, *lead, config.train.steps, back);
+      a.fail_ms = setup.predecessor_alive_ms;
+      a.led_ms = led_ms;
+      a.reconciled_ms = clock.now_ms();
+      sup.adopt(a);
+    } else {
+      sup.start();
+    }
     for (;;) {
       // A process paused past its lease learns that before it acts (leadership.h).
       if (lead) lead->check();
@@ -1202,6 +1359,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   if (out.kind == Outcome::kInterrupted || out.kind == Outcome::kFailed ||
       out.kind == Outcome::kStopped) {
     // The run is over: local agents are killed, remote ones told (they exit by themselves).
+    if (lead) lead->end_instance();
     if (local) local->kill_all();
     if (hosts) hosts->end_run(out.message, 5000);
     throw_outcome(out);
@@ -1209,6 +1367,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   collect_traces(*store, report);
   report.write_trace(!remote);
   if (local) local->wait_all(10000);
+  if (lead) lead->end_instance();
   if (hosts) hosts->end_run("finished", 10000);
   if (lead) lead->resign();
 }
@@ -1309,6 +1468,7 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     }
   }
   report.finish();
+  if (setup.idle) return report.summary;  // a standby with nothing to take over
   write_sample(setup, report.summary);
   report.summary.total_s = std::chrono::duration<double>(SteadyClock::now() - t_start).count();
   return report.summary;

@@ -42,7 +42,7 @@ struct StepSummary {
   double eta_s = 0.0;
   int generation = 0;
   int world = 0;
-  std::string samples;  // digest of the step's sample ids
+  std::string samples;    // digest of the step's sample ids
   bool skipped = false;   // not finite, its update skipped (train.nonfinite = "skip")
   int skipped_total = 0;  // steps skipped so far in the run, this one included
   // The validation loss after this step's update, where one was due (runtime::eval_due).
@@ -59,10 +59,10 @@ struct StepSummary {
 struct SlowRank {
   int generation = 0;
   int rank = 0;
-  int worker = -1;           // the worker process (node * devices_per_node + device); -1 = unknown
-  int first_step = 0;        // the step after which it was first flagged
-  int steps = 0;             // committed steps it was flagged after
-  double max_relative = 0;   // its largest relative compute while flagged
+  int worker = -1;          // the worker process (node * devices_per_node + device); -1 = unknown
+  int first_step = 0;       // the step after which it was first flagged
+  int steps = 0;            // committed steps it was flagged after
+  double max_relative = 0;  // its largest relative compute while flagged
 };
 
 struct RunSummary {
@@ -75,14 +75,14 @@ struct RunSummary {
   std::optional<double> final_val_loss;  // the last validation loss of the run, if any
   int final_val_step = 0;                // steps done when it was measured
   double total_s = 0.0;
-  double tokens_per_s = 0.0;          // over the run, excluding start-up
-  double flops_per_token = 0.0;       // model FLOPs (model/flops.h)
-  double flops_per_s = 0.0;           // over the run, all devices together
-  double mfu = 0.0;                   // flops_per_s / (devices x peak_flops_per_device)
+  double tokens_per_s = 0.0;     // over the run, excluding start-up
+  double flops_per_token = 0.0;  // model FLOPs (model/flops.h)
+  double flops_per_s = 0.0;      // over the run, all devices together
+  double mfu = 0.0;              // flops_per_s / (devices x peak_flops_per_device)
   double peak_flops_per_device = 0.0;
-  std::string peak_source;            // the table row or the probe that gave the peak
-  std::string precision;              // train.precision
-  std::vector<int64_t> peak_rss_kb;   // per rank
+  std::string peak_source;           // the table row or the probe that gave the peak
+  std::string precision;             // train.precision
+  std::vector<int64_t> peak_rss_kb;  // per rank
   // Per rank of the final layout: the planner's estimate of its memory (estimate_device_bytes:
   // parameters, gradients, optimizer state and the activations it keeps in flight).
   std::vector<double> predicted_bytes;
@@ -90,9 +90,9 @@ struct RunSummary {
   std::string checkpoint;             // sidecar path of the final checkpoint
   std::string sample;                 // generated text (bytes as text, or token ids for .bin data)
   std::string metrics_path;
-  std::string trace_path;  // out_dir/trace.json when train.trace_steps names steps
-  std::vector<Event> events;  // failures, joins, recoveries, in order
-  std::vector<int> skipped_steps;  // non-finite steps skipped by this run (train.nonfinite)
+  std::string trace_path;            // out_dir/trace.json when train.trace_steps names steps
+  std::vector<Event> events;         // failures, joins, recoveries, in order
+  std::vector<int> skipped_steps;    // non-finite steps skipped by this run (train.nonfinite)
   std::vector<SlowRank> slow_ranks;  // one entry per (generation, rank) flagged
   int generations = 1;
 };
@@ -103,14 +103,18 @@ struct CoordinatorOptions {
   // Multi-host (docs/multihost.md): host the store on this ADDR:PORT and wait for
   // cluster.nodes agents to register (remote_nodes.h) instead of starting local ones.
   std::string listen;
-  double wait_s = 300;                      // longest wait for the agents to register
+  double wait_s = 300;  // longest wait for the agents to register
   // Multi-host only: "etcd://HOST:PORT[,...]" keeps the leadership and every step's decision in
   // etcd, fenced (leadership.h; docs/elastic.md "Leadership and fenced decisions"); empty or
-  // "embedded": the run's own store is the record. run_id names the run's keys there (bw/{run_id}/).
+  // "embedded": the run's own store is the record. run_id names the run's keys there
+  // (bw/{run_id}/).
   std::string control;
   std::string run_id;
   int64_t lease_ttl_s = 5;
   double leaderless_timeout_s = 30;
+  // With control: stand by, and take the run over when its coordinator goes (leadership.h,
+  // Supervisor::adopt); the same config (train.out_dir aside) and run id as the active one.
+  bool standby = false;
   std::vector<std::string> expected_names;  // named in the message when some are missing
   // The store is up (multi-host): the address agents connect to.
   std::function<void(const std::string& address, int port)> on_listen;

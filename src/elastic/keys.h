@@ -15,8 +15,13 @@ namespace bw::elastic::keys {
 // --- control store (leadership.h; etcd runs): the leader key at the run's root; the rest under
 // the run instance's prefix (Leadership::instance_prefix), each written fenced by its leader.
 inline std::string leader() { return "leader"; }
-// The leader's TCPStore, "ADDR:PORT", published once it listens.
+// At the run's root too: the instance its leaders share (messages.h InstanceRecord).
+inline std::string instance() { return "instance"; }
+// The leader's TCPStore, "ADDR:PORT", published once it listens (each leader writes it again:
+// agents and workers of a run taken over reconnect to the address written after the new epoch).
 inline std::string leader_store() { return "store"; }
+// The generation the leader published last (messages.h RunState), before any worker sees it.
+inline std::string run_state() { return "state"; }
 // A checkpoint the leader commits, before its manifest is written: {"steps_done", "dir"}.
 inline std::string checkpoint_commit(int steps_done) {
   return fmt::format("ckpt/commit/{}", steps_done);
@@ -86,7 +91,7 @@ inline std::string layout(int g) { return fmt::format("g{}/layout", g); }  // JS
 // whole on its own disk, and the count of ranks that said so.
 inline std::string resume_have(int g, int rank) { return fmt::format("g{}/rhave/{}", g, rank); }
 inline std::string num_resume_have(int g) { return fmt::format("g{}/nrhave", g); }
-inline std::string start(int g) { return fmt::format("g{}/start", g); }    // JSON
+inline std::string start(int g) { return fmt::format("g{}/start", g); }  // JSON
 inline std::string abort(int g) { return fmt::format("g{}/abort", g); }
 // JSON {"regroup_ms", "transfer_ms", "transfer_bytes"} once a rank has its groups and state
 // (transfer_bytes: what it received).

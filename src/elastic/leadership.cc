@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "elastic/keys.h"
 
 namespace bw::elastic {
 namespace {
@@ -26,6 +27,49 @@ Leadership::Leadership(std::shared_ptr<ControlStore> store, LeadershipOptions op
                        Deadline deadline)
     : store_(std::move(store)), opt_(std::move(options)) {
   BW_CHECK(opt_.ttl_s >= 1, "a leader's lease needs a TTL of at least 1 s, not {}", opt_.ttl_s);
+  if (opt_.standby) {
+    wait_to_lead();
+  } else {
+    campaign(deadline);
+  }
+  renewed_ms_ = now_ms();
+  renewer_ = std::thread([this] { renew_loop(); });
+}
+
+namespace {
+
+// The holder of the leader key, read in a failed campaign, as the error that names it: another
+// config (someone else's run id), or the same (a second active coordinator).
+ConfigError refusal(const ControlStore& store, const std::string& key, const KeyValue& kv,
+                    const std::string& config, bool* same_config) {
+  LeaderRecord holder;
+  try {
+    holder = decode_leader(kv.value, key);
+  } catch (const ConfigError& e) {
+    return ConfigError(
+        fmt::format("the run's leader key in the {} control store holds something that is not a "
+                    "coordinator's record ({}); give this run another run id",
+                    store.describe(), e.what()));
+  }
+  const std::string who = fmt::format("the live coordinator at {} (host {}, pid {}, epoch {})",
+                                      holder.address, holder.host, holder.pid, kv.create_revision);
+  *same_config = holder.config == config;
+  if (!*same_config) {
+    return ConfigError(fmt::format(
+        "this run id is led by {} with another config (the {} control store); give this run "
+        "another run id, or stop that coordinator",
+        who, store.describe()));
+  }
+  return ConfigError(fmt::format(
+      "this run id is already led by {} with the same config (the {} control store): a second "
+      "active coordinator would split the run; stop that one first, give another run id, or "
+      "start this one with --standby",
+      who, store.describe()));
+}
+
+}  // namespace
+
+void Leadership::campaign(Deadline deadline) {
   lease_ = store_->grant_lease(opt_.ttl_s, deadline).id;
   Txn t;
   t.when = {Compare::absent(opt_.key)};
@@ -39,32 +83,71 @@ Leadership::Leadership(std::shared_ptr<ControlStore> store, LeadershipOptions op
     }
     BW_CHECK(!r.reads.empty() && r.reads[0], "the leader key '{}' is held but reads absent",
              opt_.key);
-    LeaderRecord holder;
-    try {
-      holder = decode_leader(r.reads[0]->value, opt_.key);
-    } catch (const ConfigError& e) {
-      throw ConfigError(fmt::format(
-          "the run's leader key in the {} control store holds something that is not a "
-          "coordinator's record ({}); give this run another run id",
-          store_->describe(), e.what()));
-    }
-    const std::string who = fmt::format("the live coordinator at {} (host {}, pid {}, epoch {})",
-                                        holder.address, holder.host, holder.pid,
-                                        r.reads[0]->create_revision);
-    if (holder.config != opt_.record.config) {
-      throw ConfigError(fmt::format(
-          "this run id is led by {} with another config (the {} control store); give this run "
-          "another run id, or stop that coordinator",
-          who, store_->describe()));
-    }
-    throw ConfigError(fmt::format(
-        "this run id is already led by {} with the same config (the {} control store): a second "
-        "active coordinator would split the run; stop that one first, or give another run id",
-        who, store_->describe()));
+    bool same = false;
+    throw refusal(*store_, opt_.key, *r.reads[0], opt_.record.config, &same);
   }
   epoch_ = r.revision;
-  renewed_ms_ = now_ms();
-  renewer_ = std::thread([this] { renew_loop(); });
+  instance_ = epoch_;
+  // The instance this leader starts, named at the run's root for a standby to take over.
+  store_->fenced_put(Fence{opt_.key, epoch_}, keys::instance(),
+                     encode_instance({.epoch = instance_, .over = false}), deadline);
+}
+
+void Leadership::wait_to_lead() {
+  constexpr std::chrono::milliseconds kPoll{50};
+  lease_ = 0;
+  for (;;) {
+    if (opt_.cancelled && opt_.cancelled()) {
+      if (lease_ != 0) {
+        try {
+          store_->revoke(lease_, deadline_in(kCallMs));
+        } catch (const ControlError&) {
+        }
+      }
+      throw Interrupted("stopped on request while standing by");
+    }
+    try {
+      // A lease of its own, kept alive while waiting (a standby holds one, as the issue's
+      // protocol says; it is what the leader key is bound to once it wins).
+      if (lease_ == 0) {
+        lease_ = store_->grant_lease(opt_.ttl_s, deadline_in(kCallMs * 4)).id;
+      } else {
+        store_->keep_alive(lease_, deadline_in(kCallMs * 4));
+      }
+      Txn t;
+      t.when = {Compare::absent(opt_.key)};
+      t.then = {TxnOp::put(opt_.key, encode_leader(opt_.record), lease_)};
+      t.otherwise = {TxnOp::get(opt_.key)};
+      const TxnResult r = store_->txn(t, deadline_in(kCallMs * 4));
+      if (r.succeeded) {
+        epoch_ = r.revision;
+        break;
+      }
+      if (!r.reads.empty() && r.reads[0]) {
+        bool same = false;
+        auto refused = refusal(*store_, opt_.key, *r.reads[0], opt_.record.config, &same);
+        if (!same) throw refused;
+        const auto holder = decode_leader(r.reads[0]->value, opt_.key);
+        if (opt_.holder_dead && opt_.holder_dead(holder, r.reads[0]->create_revision) &&
+            r.reads[0]->lease != 0) {
+          // Positive evidence of its death: its lease goes now, not after its TTL.
+          store_->revoke(r.reads[0]->lease, deadline_in(kCallMs * 4));
+          on_evidence_ = true;
+          continue;
+        }
+      }
+    } catch (const LeaseGone&) {
+      lease_ = 0;  // ours expired while the store was away: a new one
+    } catch (const ControlError&) {
+      // The store is away (no quorum): keep standing by.
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  const auto kv = store_->get(keys::instance(), deadline_in(kCallMs * 4));
+  InstanceRecord inst;
+  if (kv) inst = decode_instance(kv->value, keys::instance());
+  nothing_ = !kv || inst.over;
+  instance_ = kv ? inst.epoch : epoch_;
 }
 
 Leadership::~Leadership() {
@@ -76,7 +159,7 @@ Leadership::~Leadership() {
   }
 }
 
-std::string Leadership::instance_prefix() const { return fmt::format("i{}/", epoch_); }
+std::string Leadership::instance_prefix() const { return fmt::format("i{}/", instance_); }
 
 void Leadership::renew_loop() {
   const std::chrono::milliseconds period(std::max<int64_t>(opt_.ttl_s * 1000 / 3, 100));
@@ -158,6 +241,24 @@ void Leadership::put(const std::string& key, const std::string& value) {
   const std::string k = instance_prefix() + key;
   fenced("a fenced write", [&](Deadline d) {
     return store_->fenced_put(Fence{opt_.key, epoch_}, k, value, d);
+  });
+}
+
+std::optional<std::string> Leadership::get(const std::string& key) {
+  check();
+  const std::string k = instance_prefix() + key;
+  return fenced("a read", [&](Deadline d) -> std::optional<std::string> {
+    auto kv = store_->get(k, d);
+    if (!kv) return std::nullopt;
+    return kv->value;
+  });
+}
+
+void Leadership::end_instance() {
+  check();
+  fenced("the end of the run", [&](Deadline d) {
+    return store_->fenced_put(Fence{opt_.key, epoch_}, keys::instance(),
+                              encode_instance({.epoch = instance_, .over = true}), d);
   });
 }
 

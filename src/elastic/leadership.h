@@ -16,7 +16,15 @@
 // found gone throws, so a resumed process acts on nothing before it knows it still leads.
 //
 // The keys of a run instance live under "i{epoch of its first leader}/" (instance_prefix), so a
-// run id used again by a later run never reads an earlier run's decisions.
+// run id used again by a later run never reads an earlier run's decisions. The active leader
+// names its instance at the run's root (keys::instance); a standby that wins takes over that
+// instance, its decisions and its state, unless it is over.
+//
+// Standby (options.standby): the constructor campaigns until it leads: the leader key goes when
+// its holder's lease expires (the lease path), or at once when `holder_dead` gives positive
+// evidence that the holder is gone (its store refuses connections): the standby then revokes the
+// holder's lease itself (the evidence path). A holder with another config refuses the standby
+// (ConfigError); `cancelled` (Ctrl-C) ends the wait with Interrupted.
 //
 // The control store unreachable (no quorum): renewals and writes retry until
 // `leaderless_timeout`, then throw CommError (exit 3); etcd expires no lease without a quorum, so
@@ -28,8 +36,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -50,6 +60,10 @@ struct LeadershipOptions {
   LeaderRecord record;
   int64_t ttl_s = 5;
   std::chrono::milliseconds leaderless_timeout{30000};
+  bool standby = false;
+  // standby, the evidence path: given the holder and its epoch, whether it is known dead
+  std::function<bool(const LeaderRecord&, int64_t epoch)> holder_dead;
+  std::function<bool()> cancelled;  // standby: stop waiting
 };
 
 class Leadership {
@@ -62,7 +76,12 @@ class Leadership {
 
   int64_t epoch() const { return epoch_; }
   int64_t lease() const { return lease_; }
-  std::string instance_prefix() const;  // "i{epoch}/"
+  std::string instance_prefix() const;  // "i{instance}/"
+  int64_t instance() const { return instance_; }
+  // A standby that won found no run to take over (none was led, or it is over): resign.
+  bool nothing_to_take_over() const { return nothing_; }
+  // Whether the standby revoked its predecessor's lease on evidence (not the lease path).
+  bool took_on_evidence() const { return on_evidence_; }
   ControlStore& store() { return *store_; }
 
   // Throws LostLeadership when the lease is known to be gone (see above).
@@ -73,10 +92,16 @@ class Leadership {
   std::string decide(const std::string& key, const std::string& value);
   // A fenced put at instance_prefix() + key.
   void put(const std::string& key, const std::string& value);
+  // The value at instance_prefix() + key, if any (linearizable).
+  std::optional<std::string> get(const std::string& key);
+  // The run is over (finished or stopped): a standby has nothing to take over.
+  void end_instance();
   // The run is over: the leader key goes (if still this epoch's) and the lease is revoked.
   void resign();
 
  private:
+  void campaign(Deadline deadline);  // the active coordinator's single try
+  void wait_to_lead();               // a standby's campaign
   void renew_loop();
   void stop_renewing();  // ends the renewal thread (idempotent)
   // Runs `call` until it returns, retrying while the store is unreachable until the leaderless
@@ -89,6 +114,9 @@ class Leadership {
   LeadershipOptions opt_;
   int64_t lease_ = 0;
   int64_t epoch_ = 0;
+  int64_t instance_ = 0;
+  bool nothing_ = false;
+  bool on_evidence_ = false;
   std::atomic<int64_t> renewed_ms_{0};  // steady clock, ms: the last successful renewal
   std::atomic<bool> gone_{false};       // the renewal thread found the lease gone
   std::mutex mu_;

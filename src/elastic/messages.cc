@@ -169,12 +169,9 @@ Json found_at(const std::string& path, const std::string& digest, const std::str
 }  // namespace
 
 std::string encode_registration(const Registration& r) {
-  Json doc = {{"name", r.name},
-              {"host", r.host},
-              {"devices", r.devices},
-              {"launch_ms", r.launch_ms},
-              {"proof", r.proof},
-              {"data", found_at(r.data_path, r.data_digest, r.data_error)}};
+  Json doc = {{"name", r.name},       {"host", r.host},
+              {"devices", r.devices}, {"launch_ms", r.launch_ms},
+              {"proof", r.proof},     {"data", found_at(r.data_path, r.data_digest, r.data_error)}};
   if (!r.weights_path.empty() || !r.weights_digest.empty() || !r.weights_error.empty()) {
     doc["weights"] = found_at(r.weights_path, r.weights_digest, r.weights_error);
   }
@@ -183,6 +180,7 @@ std::string encode_registration(const Registration& r) {
     if (!r.checkpoint_error.empty()) ck["error"] = r.checkpoint_error;
     doc["checkpoint"] = ck;
   }
+  if (r.node >= 0) doc["rejoin"] = {{"node", r.node}, {"incarnation", r.incarnation}};
   return doc.dump();
 }
 
@@ -213,6 +211,14 @@ Registration decode_registration(const std::string& text, const std::string& key
     r.weights_path = string_or_empty(weights, "path", key);
     r.weights_digest = string_or_empty(weights, "digest", key);
     r.weights_error = string_or_empty(weights, "error", key);
+  }
+  if (doc.contains("rejoin")) {
+    const Json& rejoin = doc.at("rejoin");
+    if (!rejoin.is_object()) {
+      throw ConfigError(fmt::format("{}: field 'rejoin' must be an object", where(key)));
+    }
+    r.node = int_field(rejoin, "node", key);
+    r.incarnation = int_field(rejoin, "incarnation", key);
   }
   if (doc.contains("checkpoint")) {
     const Json& ck = doc.at("checkpoint");
@@ -333,8 +339,8 @@ Next decode_next(const std::string& text, const std::string& key) {
     return n;
   }
   if (kind != "shutdown") {
-    throw ConfigError(fmt::format("{}: kind '{}' is not generation or shutdown", where(key),
-                                  kind.substr(0, 40)));
+    throw ConfigError(
+        fmt::format("{}: kind '{}' is not generation or shutdown", where(key), kind.substr(0, 40)));
   }
   n.shutdown = true;
   if (!doc.contains("save")) return n;
@@ -367,8 +373,8 @@ Next decode_next(const std::string& text, const std::string& key) {
 }
 
 std::string encode_exit_report(const ExitReport& report) {
-  return Json{{"worker", report.worker}, {"status", report.status},
-              {"incarnation", report.incarnation}}
+  return Json{
+      {"worker", report.worker}, {"status", report.status}, {"incarnation", report.incarnation}}
       .dump();
 }
 
@@ -397,7 +403,7 @@ std::string encode_stopped(const Stopped& stopped) {
 std::string encode_registration_reply(const RegistrationReply& reply) {
   if (!reply.ok) {
     return Json{{"ok", false}, {"message", reply.message}}.dump(-1, ' ', false,
-                                                                  Json::error_handler_t::replace);
+                                                                Json::error_handler_t::replace);
   }
   return Json{{"ok", true},
               {"node", reply.node},
@@ -440,6 +446,75 @@ LeaderRecord decode_leader(const std::string& text, const std::string& key) {
   r.config = json::get_string(doc, "config", where(key));
   r.pid = json::get_int_in(doc, "pid", where(key), 0, std::numeric_limits<int64_t>::max());
   return r;
+}
+
+std::string encode_instance(const InstanceRecord& record) {
+  return Json{{"epoch", record.epoch}, {"over", record.over}}.dump();
+}
+
+InstanceRecord decode_instance(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  InstanceRecord r;
+  r.epoch = json::get_int_in(doc, "epoch", where(key), 1, std::numeric_limits<int64_t>::max());
+  const auto it = doc.find("over");
+  if (it == doc.end() || !it->is_boolean()) {
+    throw ConfigError(fmt::format("{}: field 'over' must be true or false", where(key)));
+  }
+  r.over = it->get<bool>();
+  return r;
+}
+
+std::string encode_run_state(const RunState& s) {
+  Json nodes = Json::array();
+  for (const auto& n : s.nodes) {
+    nodes.push_back({{"node", n.node},
+                     {"name", n.name},
+                     {"incarnation", n.incarnation},
+                     {"live", n.live},
+                     {"in_plan", n.in_plan}});
+  }
+  return Json{{"generation", s.generation},
+              {"first_step", s.first_step},
+              {"skipped", s.skipped},
+              {"consecutive_skips", s.consecutive_skips},
+              {"start", s.start},
+              {"plan", s.plan},
+              {"checkpoint_io", s.checkpoint_io},
+              {"nodes", std::move(nodes)}}
+      .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+RunState decode_run_state(const std::string& text, const std::string& key) {
+  const Json doc = object(text, key);
+  RunState s;
+  s.generation = int_field(doc, "generation", key);
+  s.first_step = int_field(doc, "first_step", key);
+  s.skipped = int_field(doc, "skipped", key);
+  s.consecutive_skips = int_field(doc, "consecutive_skips", key);
+  s.start = json::get_string(doc, "start", where(key));
+  s.plan = json::get_string(doc, "plan", where(key));
+  s.checkpoint_io = json::get_string(doc, "checkpoint_io", where(key));
+  auto flag = [&](const Json& n, const char* field) {
+    const auto it = n.find(field);
+    if (it == n.end() || !it->is_boolean()) {
+      throw ConfigError(
+          fmt::format("{}: node field '{}' must be true or false", where(key), field));
+    }
+    return it->get<bool>();
+  };
+  for (const Json& n : array_field(doc, "nodes", key)) {
+    if (!n.is_object()) {
+      throw ConfigError(fmt::format("{}: each of 'nodes' must be an object", where(key)));
+    }
+    RunStateNode node;
+    node.node = int_field(n, "node", key);
+    node.name = json::get_string(n, "name", where(key));
+    node.incarnation = int_field(n, "incarnation", key);
+    node.live = flag(n, "live");
+    node.in_plan = flag(n, "in_plan");
+    s.nodes.push_back(std::move(node));
+  }
+  return s;
 }
 
 }  // namespace bw::elastic

@@ -93,6 +93,9 @@ struct Registration {
   // cannot write there.
   std::string checkpoint_path, checkpoint_error;
   bool checkpoint_shared = false;
+  // An agent whose workers run on under a coordinator that took the run over (leadership.h):
+  // the node and incarnation it had; -1 = a new registration.
+  int node = -1, incarnation = 0;
   bool operator==(const Registration&) const = default;
 };
 // The registration's document: the corpus always, model.init_from and checkpoint.dir when any of
@@ -123,6 +126,39 @@ struct LeaderRecord {
 };
 std::string encode_leader(const LeaderRecord& record);
 LeaderRecord decode_leader(const std::string& text, const std::string& key);
+
+// keys::instance (run level, leadership.h): the instance its leaders share, named by the epoch of
+// its first leader, and whether the run is over (a standby then has nothing to take over).
+struct InstanceRecord {
+  int64_t epoch = 0;
+  bool over = false;
+  bool operator==(const InstanceRecord&) const = default;
+};
+std::string encode_instance(const InstanceRecord& record);
+InstanceRecord decode_instance(const std::string& text, const std::string& key);
+
+// keys::run_state (the leader, at each generation it publishes, before any worker can see it):
+// what a coordinator that takes the run over needs besides the decisions: the generation, its
+// first step and start message, the plan (plan::to_json), the non-finite skips so far, and every
+// node's agent (name, incarnation, whether it is live and in the plan).
+struct RunStateNode {
+  int node = 0;
+  std::string name;
+  int incarnation = 0;
+  bool live = false, in_plan = false;
+  bool operator==(const RunStateNode&) const = default;
+};
+struct RunState {
+  int generation = 0, first_step = 0;
+  int skipped = 0, consecutive_skips = 0;
+  std::string start;          // keys::start's text
+  std::string plan;           // JSON text
+  std::string checkpoint_io;  // keys::checkpoint_io's value
+  std::vector<RunStateNode> nodes;
+  bool operator==(const RunState&) const = default;
+};
+std::string encode_run_state(const RunState& state);
+RunState decode_run_state(const std::string& text, const std::string& key);
 
 // --- From the coordinator to the workers -------------------------------------------------------
 
@@ -165,8 +201,8 @@ struct StopSave {
 };
 struct Next {
   bool shutdown = false;
-  int generation = 0;             // the next generation (when not shutdown)
-  std::optional<StopSave> save;   // shutdown with a stop save
+  int generation = 0;            // the next generation (when not shutdown)
+  std::optional<StopSave> save;  // shutdown with a stop save
   bool operator==(const Next&) const = default;
 };
 std::string encode_next(const Next& next);

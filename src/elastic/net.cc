@@ -1,14 +1,17 @@
 #include "elastic/net.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -131,6 +134,37 @@ std::string gloo_address(const std::string& coordinator_host) {
     return interface_address(name);
   }
   return local_address_towards(coordinator_host);
+}
+
+Probe probe_tcp(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    return Probe::kUnknown;
+  }
+  Probe out = Probe::kUnknown;
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int rc = connect(fd, found->ai_addr, found->ai_addrlen);
+    if (rc == 0) {
+      out = Probe::kOpen;
+    } else if (errno == ECONNREFUSED) {
+      out = Probe::kRefused;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, static_cast<int>(timeout.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        out = err == 0 ? Probe::kOpen : err == ECONNREFUSED ? Probe::kRefused : Probe::kUnknown;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace bw::elastic

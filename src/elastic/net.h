@@ -5,6 +5,7 @@
 // Thread-safety: free functions without shared state.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace bw::elastic {
@@ -29,5 +30,11 @@ std::string interface_address(const std::string& name);
 // The address Gloo binds to for a run whose coordinator is `coordinator_host`:
 // GLOO_SOCKET_IFNAME's address when set, else local_address_towards(coordinator_host).
 std::string gloo_address(const std::string& coordinator_host);
+
+// One TCP connection attempt to host:port within `timeout`: accepted (kOpen), refused (kRefused:
+// positive evidence that nothing listens there), or neither (kUnknown: no answer, no route, a
+// name that does not resolve). The connection is closed at once.
+enum class Probe { kOpen, kRefused, kUnknown };
+Probe probe_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 }  // namespace bw::elastic

@@ -83,8 +83,8 @@ void RemoteNodes::handle(int index, const std::string& json) {
   try {
     reg = decode_registration(json, keys::registration(index));
   } catch (const ConfigError& e) {
-    refuse(index, fmt::format("#{}", index), fmt::format("its registration is not one ({})",
-                                                         e.what()));
+    refuse(index, fmt::format("#{}", index),
+           fmt::format("its registration is not one ({})", e.what()));
     return;
   }
   const std::string& name = reg.name;
@@ -120,12 +120,12 @@ void RemoteNodes::handle(int index, const std::string& json) {
       return;
     }
     if (digest != data_digest_) {
-      refuse(index, who,
-             fmt::format("its corpus at data.path '{}' holds {} but the coordinator's holds {}; "
-                         "every host needs the same corpus at data.path (copy the coordinator's)",
-                         reg.data_path.empty() ? data_path_ : reg.data_path,
-                         digest.empty() ? std::string("nothing it reported") : digest,
-                         data_digest_));
+      refuse(
+          index, who,
+          fmt::format("its corpus at data.path '{}' holds {} but the coordinator's holds {}; "
+                      "every host needs the same corpus at data.path (copy the coordinator's)",
+                      reg.data_path.empty() ? data_path_ : reg.data_path,
+                      digest.empty() ? std::string("nothing it reported") : digest, data_digest_));
       return;
     }
   }
@@ -199,6 +199,23 @@ void RemoteNodes::handle(int index, const std::string& json) {
     runtime::log(runtime::LogLevel::kInfo, "agent {} registered ({} of {})", who, early_.size(),
                  nodes_);
     return;
+  }
+  // An agent whose workers ran on through a takeover, back as the node it was.
+  if (reg.node >= 0 && reg.node < nodes_) {
+    auto& s = slots_[reg.node];
+    if (s.name == name && s.incarnation == reg.incarnation && !s.running && !s.waiting) {
+      s.host = host;
+      s.running = true;
+      s.launch_ms = launch_ms;
+      s.shares_checkpoint_dir = reg.checkpoint_shared;
+      reply(
+          index,
+          encode_registration_reply(
+              {.ok = true, .node = reg.node, .incarnation = reg.incarnation, .devices = devices_}));
+      runtime::log(runtime::LogLevel::kInfo, "agent {} is back as node {} (incarnation {})", who,
+                   reg.node, reg.incarnation);
+      return;
+    }
   }
   // The run is going: the agent's own slot, else the slot of a lost node nobody waits for.
   int slot = -1;
@@ -291,6 +308,41 @@ void RemoteNodes::wait_for_agents(double timeout_s, const std::vector<std::strin
   }
   early_.clear();
   assigned_ = true;
+}
+
+void RemoteNodes::adopt(const std::vector<RunStateNode>& nodes) {
+  for (const auto& n : nodes) {
+    BW_CHECK(n.node >= 0 && n.node < nodes_, "adopted node {} out of range", n.node);
+    slots_[n.node].name = n.name;
+    slots_[n.node].incarnation = n.incarnation;
+  }
+  assigned_ = true;
+}
+
+std::set<int> RemoteNodes::wait_for_returns(const std::set<int>& expected, double timeout_s,
+                                            const std::function<bool()>& cancelled) {
+  const double deadline = now_ms() + timeout_s * 1000;
+  std::set<int> back;
+  for (;;) {
+    scan();
+    back.clear();
+    for (int n : expected) {
+      if (slots_[n].running) back.insert(n);
+    }
+    if (back.size() == expected.size() || now_ms() > deadline) break;
+    if (cancelled && cancelled()) {
+      throw Interrupted("stopped on request while the agents came back");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int n : expected) {
+    if (back.count(n) == 0) {
+      runtime::log(runtime::LogLevel::kWarn,
+                   "node {} ('{}') did not come back within {:.1f} s of the takeover: lost", n,
+                   slots_[n].name, timeout_s);
+    }
+  }
+  return back;
 }
 
 void RemoteNodes::start(int node, int incarnation) {

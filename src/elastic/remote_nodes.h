@@ -19,9 +19,11 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "elastic/messages.h"
 #include "elastic/supervisor.h"
 
 namespace c10d {
@@ -42,6 +44,15 @@ class RemoteNodes final : public Nodes {
   // `cancelled` is asked between polls (Ctrl-C): Interrupted when it says yes.
   void wait_for_agents(double timeout_s, const std::vector<std::string>& expected,
                        const std::function<bool()>& cancelled = {});
+
+  // A coordinator that took the run over (Supervisor::adopt): the nodes as its predecessor had
+  // them (names, incarnations). Their agents register again as that node and incarnation
+  // (Registration::node) and are taken back at once, their workers running on.
+  void adopt(const std::vector<RunStateNode>& nodes);
+  // After adopt(): waits up to `timeout_s` until the agents of `expected` are back; returns the
+  // nodes that are (the others are lost).
+  std::set<int> wait_for_returns(const std::set<int>& expected, double timeout_s,
+                                 const std::function<bool()>& cancelled = {});
 
   void start(int node, int incarnation) override;  // accepts the node's waiting registration
   void kill(int node) override;                    // fences the node's current incarnation

@@ -100,6 +100,79 @@ void Supervisor::start() {
   last_commit_ms_ = now;
 }
 
+std::vector<NodeView> Supervisor::node_views() const {
+  std::vector<NodeView> out;
+  for (const auto& [node, st] : node_states_) {
+    out.push_back(
+        {.node = node, .incarnation = st.incarnation, .live = st.live, .in_plan = st.in_plan});
+  }
+  return out;
+}
+
+void Supervisor::adopt(const Adoption& a) {
+  const double now = clock_.now_ms();
+  run_ = a.run;
+  g_ = run_.layout.generation;
+  skips_ = a.skips;
+  committed_ = a.first_step;
+  // The generation as its workers read it, published again: workers of g - 1 that had not read
+  // its start yet (the old leader died while forming g) find it here.
+  const nlohmann::json layout = {{"layout", runtime::to_json(run_.layout)},
+                                 {"workers", run_.workers}};
+  set_string(*store_, keys::layout(g_), layout.dump());
+  set_string(*store_, keys::start(g_), a.start);
+  if (g_ > 0) set_string(*store_, keys::next(g_ - 1), encode_next({.generation = g_}));
+  // The decisions that stand, published again; the steps they committed counted in order.
+  bool counting = true;
+  for (const auto& [step, text] : a.decisions) {
+    const auto key = keys::decision(g_, step);
+    set_string(*store_, key, text);
+    if (!counting || step != committed_) {
+      counting = false;
+      continue;
+    }
+    const Decision d = decode_decision(text, key);
+    if (d == Decision::kAbort) {
+      counting = false;
+      continue;
+    }
+    if (d == Decision::kSkip) {
+      skips_.total += 1;
+      skips_.consecutive += 1;
+    } else {
+      skips_.consecutive = 0;
+    }
+    ++committed_;
+    if (d == Decision::kLast) counting = false;
+  }
+  std::vector<int> lost;
+  for (const auto& n : a.nodes) {
+    auto& st = node_states_[n.node];
+    st.incarnation = n.incarnation;
+    st.in_plan = n.in_plan;
+    st.live = n.live && a.back.count(n.node) > 0;
+    st.started_ms = now;
+    st.agent_up_ms = now;  // running all along: no start-up allowance beyond the timeout
+    st.lost_at_ms = now;
+    node_beats_[n.node] = Beat{counter(*store_, keys::node_heartbeat(n.node)), now, true};
+    for (int w : workers_of(n.node)) {
+      worker_beats_[w] = Beat{counter(*store_, keys::worker_heartbeat(w)), now, true};
+    }
+    if (n.in_plan && n.live && !st.live) {
+      lost.push_back(n.node);
+      failed_.insert(n.node);
+    }
+  }
+  last_commit_ms_ = now;
+  phase_ = Phase::kRun;
+  if (on_plan) on_plan(run_);
+  start_recovery("coordinator", a.fail_ms, lost);
+  // Detection is part of the campaign (the standby learns the leader is gone by winning).
+  recovery_->campaign_ms = a.led_ms - a.fail_ms;
+  recovery_->reconcile_ms = a.reconciled_ms - a.led_ms;
+  recovery_->detect_ms = a.reconciled_ms;
+}
+
 void Supervisor::start_node(int node, int incarnation) {
   auto& st = node_states_[node];
   const double now = clock_.now_ms();
@@ -131,8 +204,10 @@ void Supervisor::publish(const RunPlan& run, int first_step, const std::vector<C
   start.resume = first_step == opt_.first_step ? opt_.resume : std::string();
   for (const auto& [layer, from, to, begin, end] : copies)
     start.copies.push_back({layer, from, to, std::make_pair(begin, end)});
+  const std::string start_text = encode_start(start);
+  if (on_publish) on_publish(first_step, start_text, skips_);
   set_string(*store_, keys::layout(g_), layout.dump());
-  set_string(*store_, keys::start(g_), encode_start(start));
+  set_string(*store_, keys::start(g_), start_text);
   gen_committed_any_ = false;
   pipeline_ms_.clear();
   left_since_ms_ = 0;
@@ -428,7 +503,9 @@ void Supervisor::report_recovery(int step, double now) {
   e.cause = pending_->kind;
   e.old_plan = pending_->old_plan;
   e.new_plan = plan_string(run_);
-  e.detect_ms = pending_->detect_ms - pending_->fail_ms;
+  e.detect_ms = pending_->detect_ms - pending_->fail_ms - pending_->reconcile_ms;
+  e.campaign_ms = pending_->campaign_ms;
+  e.reconcile_ms = pending_->reconcile_ms;
   e.quiesce_ms = pending_->quiesced_ms - pending_->detect_ms;
   e.plan_ms = pending_->published_ms - pending_->quiesced_ms;
   for (int r = 0; r < run_.layout.world_size(); ++r) {
@@ -502,8 +579,10 @@ void Supervisor::poll_run() {
       checkpoint = checkpoint || now - last_checkpoint_ms_ >= opt_.checkpoint_every_ms;
       if (checkpoint) last_checkpoint_ms_ = now;
     }
-    write_decision(encode_decision(
-        skip ? Decision::kSkip : join ? Decision::kLast : Decision::kCommit, checkpoint));
+    write_decision(encode_decision(skip   ? Decision::kSkip
+                                   : join ? Decision::kLast
+                                          : Decision::kCommit,
+                                   checkpoint));
     rec.skipped = skip;
     rec.skipped_total = skips_.total;
     rec.loss = rec.reports.front().loss;
@@ -890,8 +969,7 @@ void Supervisor::poll_save() {
       phase_ = Phase::kDone;
       return;
     }
-  } else if (counter(*store_, keys::num_final(g_)) ==
-             static_cast<int64_t>(save_writers_.size())) {
+  } else if (counter(*store_, keys::num_final(g_)) == static_cast<int64_t>(save_writers_.size())) {
     settle_checkpoints(true);  // earlier ones first: the stop save is the newest
     if (on_checkpoint) {
       outcome_.checkpoint = on_checkpoint(committed_, static_cast<int>(save_writers_.size()), run_,

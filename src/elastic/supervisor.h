@@ -93,6 +93,10 @@ struct Event {
   std::string old_plan, new_plan;
   double detect_ms = 0, quiesce_ms = 0, plan_ms = 0, regroup_ms = 0, transfer_ms = 0, replay_ms = 0,
          recovery_ms = 0;
+  // cause "coordinator" (a takeover; detect_ms is then the campaign): from the old leader's last
+  // sign of life to this coordinator's lead, and from its lead to the agents back and the run
+  // state read.
+  double campaign_ms = 0, reconcile_ms = 0;
   int64_t transfer_bytes = 0;  // recovered: layer state the new generation's ranks received
 };
 
@@ -135,6 +139,28 @@ struct SupervisorOptions {
   bool async_checkpoints = true;
 };
 
+// A node as the supervisor sees it (RunState's nodes, without the names).
+struct NodeView {
+  int node = 0, incarnation = 0;
+  bool live = false, in_plan = false;
+};
+
+// A run another coordinator led, as a coordinator that took it over found it (leadership.h):
+// the generation its predecessor published last, the decisions of that generation that stand in
+// the control store, and which nodes' agents came back to this coordinator.
+struct Adoption {
+  RunPlan run;
+  int first_step = 0;
+  std::string start;                     // the generation's start message (keys::start)
+  SkipCount skips;                       // as of first_step
+  std::map<int, std::string> decisions;  // step -> decision text, generation run.generation
+  std::vector<NodeView> nodes;
+  std::set<int> back;  // nodes whose agents registered again
+  // For the "recovered" event: the last sign of life of the old leader (its store answered),
+  // when this one led, when the agents were back and the state read (Clock ms).
+  double fail_ms = 0, led_ms = 0, reconciled_ms = 0;
+};
+
 // How the run ended.
 struct Outcome {
   enum Kind { kRunning, kFinished, kStopped, kFailed, kInterrupted } kind = kRunning;
@@ -151,6 +177,14 @@ class Supervisor {
 
   // Publishes generation 0 and starts every node's agent.
   void start();
+  // Instead of start(): takes over a run another coordinator led. The decisions that stand are
+  // published again (a worker waiting for one gets it from this store), and the generation is
+  // re-formed as generation g+1 through the quiesce and re-plan of a recovery: the step in flight
+  // is aborted (unless it stands decided) and replayed on the same samples. Nodes that did not
+  // come back are lost.
+  void adopt(const Adoption& adoption);
+  // Every node's state, for the run state a successor would adopt.
+  std::vector<NodeView> node_views() const;
   // One iteration; false once the run has ended (see outcome()).
   bool tick();
   const Outcome& outcome() const { return outcome_; }
@@ -166,13 +200,17 @@ class Supervisor {
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const Event&)> on_event;
   std::function<void(const RunPlan&)> on_plan;
+  // A generation is about to be published (before any worker can read it): its first step, the
+  // start message, and the skips then; the run state a takeover needs is made durable here.
+  std::function<void(int first_step, const std::string& start, const SkipCount& skips)> on_publish;
   // A checkpoint's shards are all uploaded under `prefix` (shard_store.h; steps_done = the
   // checkpoint's step): write, merge and publish them; returns the sidecar.
   std::function<std::string(int steps_done, int shards, const RunPlan&, const std::string& prefix)>
       on_checkpoint;
   // Where a step's decision is made durable before any worker can read it (a fenced write in the
   // control store, leadership.h): given the decision key and text, returns the text that stands
-  // there (an earlier write's, if any), which the workers then read. Unset: the store is the record.
+  // there (an earlier write's, if any), which the workers then read. Unset: the store is the
+  // record.
   std::function<std::string(const std::string& key, const std::string& text)> on_decide;
   // A checkpoint that will not complete (a writer was lost): erase what its writers uploaded.
   std::function<void(const std::string& prefix, int shards)> on_checkpoint_dropped;
@@ -200,6 +238,7 @@ class Supervisor {
     std::vector<int> nodes;
     std::string kind;  // node_lost | node_joined
     double fail_ms = 0, detect_ms = 0, quiesced_ms = 0, published_ms = 0;
+    double campaign_ms = 0, reconcile_ms = 0;  // a takeover's (Event)
     int step = 0;
     std::string old_plan;
   };
@@ -264,7 +303,7 @@ class Supervisor {
   std::set<int> joiners_;  // nodes whose workers are up, waiting for the next step boundary
   double quiesce_deadline_ms_ = 0;
   std::optional<Recovery> recovery_;
-  std::optional<Recovery> pending_;    // published, waiting for the first commit of g+1
+  std::optional<Recovery> pending_;  // published, waiting for the first commit of g+1
   // Checkpoints whose shards are being written, by steps done: the generation and plan they
   // were saved under (their shards are that plan's ranks).
   struct PendingCheckpoint {

@@ -1,6 +1,7 @@
 #include "elastic/worker_main.h"
 
 #include <fmt/format.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,14 +15,15 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <utility>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/torch.h>
+#include <utility>
 
 #include "core/check.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/dataset.h"
+#include "elastic/control_store_etcd.h"
+#include "elastic/failover_store.h"
 #include "elastic/inject.h"
 #include "elastic/keys.h"
 #include "elastic/messages.h"
@@ -49,8 +51,12 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-c10::intrusive_ptr<c10d::TCPStore> connect(const std::string& host, int port,
-                                           milliseconds timeout) {
+// Runs whose control store is etcd: every store client of this process follows the run's
+// leadership (failover_store.h), so a takeover finds this worker waiting where it was.
+std::shared_ptr<LeaderFollower> g_follower;
+
+c10::intrusive_ptr<c10d::Store> connect(const std::string& host, int port, milliseconds timeout) {
+  if (g_follower) return c10::make_intrusive<FailoverStore>(g_follower, timeout);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port);
   opts.isServer = false;
@@ -111,7 +117,10 @@ class Heartbeat {
  public:
   Heartbeat(const std::string& host, int port, std::string key, milliseconds period)
       : key_(std::move(key)), period_(period) {
-    store_ = connect(host, port, std::chrono::seconds(30));
+    // Following the leadership, a beat must not wait long on a coordinator that was replaced.
+    store_ =
+        connect(host, port,
+                g_follower ? std::max(period * 2, milliseconds(500)) : std::chrono::seconds(30));
     store_->add(key_, 1);
     thread_ = std::thread([this] { loop(); });
   }
@@ -130,15 +139,19 @@ class Heartbeat {
     while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
       try {
         store_->add(key_, 1);
-      } catch (...) {
+      } catch (const c10::DistNetworkError&) {
         return;  // the coordinator is gone; the main thread notices on its next wait
+      } catch (const c10::DistError&) {
+        if (!g_follower) return;  // following the leadership: a late beat, not the end
+      } catch (...) {
+        return;
       }
     }
   }
 
   std::string key_;
   milliseconds period_;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -158,8 +171,13 @@ class AbortWatcher {
       while (!stop_) {
         try {
           if (store->check({key})) break;
+        } catch (const c10::DistNetworkError&) {
+          break;  // the store is gone (and no coordinator took over): abort too
+        } catch (const c10::DistError&) {
+          if (!g_follower) break;
+          // Following the leadership: a slow answer is no reason to abort the step.
         } catch (...) {
-          break;  // the store is gone: abort too
+          break;
         }
         std::this_thread::sleep_for(milliseconds(10));
       }
@@ -188,7 +206,7 @@ class AbortWatcher {
 struct Context {
   WorkerArgs args;
   runtime::RunConfig config;
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<Injector> injector;
   std::unique_ptr<runtime::ModelState> state;
   model::Placement placement;  // this worker's device and dtypes (runtime/device.h)
@@ -234,9 +252,9 @@ void save_shard(Context& cx, runtime::Worker& worker, int g, int rank, int steps
   const auto optimizer_state = worker.owned_optimizer_state();
   if (!cx.via_store) {
     cx.unacked.emplace_back(keys::checkpoint_shards(g, steps), keys::num_saved(g, steps - 1));
-    cx.checkpoint_ms = cx.sink->save(
-        runtime::checkpoint_dir(runtime::checkpoint_root(cx.config), steps), steps, rank,
-        worker.owned_layers(), parameters, optimizer_state);
+    cx.checkpoint_ms =
+        cx.sink->save(runtime::checkpoint_dir(runtime::checkpoint_root(cx.config), steps), steps,
+                      rank, worker.owned_layers(), parameters, optimizer_state);
     return;
   }
   upload_shard(*cx.store, keys::checkpoint_shards(g, steps), rank, parameters, optimizer_state);
@@ -298,8 +316,8 @@ void train_generation(Context& cx, int g, int rank, int first_step, runtime::Wor
     cx.store->add(keys::num_ready(g, step), 1);
     const auto decision_key = keys::decision(g, step);
     bool checkpoint = false;
-    const Decision decision = decode_decision(await(*cx.store, decision_key, "the commit"),
-                                              decision_key, &checkpoint);
+    const Decision decision =
+        decode_decision(await(*cx.store, decision_key, "the commit"), decision_key, &checkpoint);
     if (decision == Decision::kAbort) break;
     if (decision == Decision::kSkip) {  // not finite (train.nonfinite = "skip"): no update anywhere
       worker.skip(step);
@@ -353,8 +371,8 @@ runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
   const auto info = runtime::parse_sidecar(
       nlohmann::json::parse(await(*cx.store, keys::resume_manifest(), "the resume manifest")),
       "the manifest of " + where);
-  const auto dir = runtime::checkpoint_dir(runtime::checkpoint_root(cx.config),
-                                           static_cast<int>(info.step));
+  const auto dir =
+      runtime::checkpoint_dir(runtime::checkpoint_root(cx.config), static_cast<int>(info.step));
   const auto fetched_dir = fmt::format("{}.fetched-w{}", dir, cx.args.worker);
   auto local = [&](const runtime::ShardFiles&, const std::string& file) {
     return find_shard_file(info, dir, file);
@@ -372,14 +390,16 @@ runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
   while (cx.store->add(keys::num_resume_have(g), 0) < world_size) {
     // A rank lost before it said: the coordinator aborts the generation.
     if (abort.aborted()) {
-      throw CommError(fmt::format("generation {} was aborted while its ranks said which shards "
-                                  "of {} they hold",
-                                  g, where));
+      throw CommError(
+          fmt::format("generation {} was aborted while its ranks said which shards "
+                      "of {} they hold",
+                      g, where));
     }
     if (Clock::now() > deadline) {
-      throw CommError(fmt::format("not every rank said which shards of {} its host holds within "
-                                  "{} s",
-                                  where, cx.timeout.count() / 1000));
+      throw CommError(
+          fmt::format("not every rank said which shards of {} its host holds within "
+                      "{} s",
+                      where, cx.timeout.count() / 1000));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -387,7 +407,8 @@ runtime::LoadedCheckpoint load_resume_on_hosts(Context& cx, int g, int rank,
   std::vector<std::string> hosts(world_size);
   for (int r = 0; r < world_size; ++r) {
     const auto key = keys::resume_have(g, r);
-    const auto doc = nlohmann::json::parse(await(*cx.store, key, "a rank's shards"), nullptr, false);
+    const auto doc =
+        nlohmann::json::parse(await(*cx.store, key, "a rank's shards"), nullptr, false);
     if (!doc.is_object() || !doc.contains("shards") || !doc.at("shards").is_array()) {
       throw InternalError(fmt::format("'{}' is not a list of shards: {}", key, doc.dump()));
     }
@@ -488,8 +509,8 @@ void run_generation(Context& cx, int g) {
     // Copies: [layer, from worker, to worker] and, for a range, [begin, end) of its flat values.
     std::vector<runtime::LayerCopy> copies;
     for (const auto& c : start.copies) {
-      const auto [begin, end] =
-          c.range.value_or(std::make_pair(int64_t{0}, model::num_parameters(state.model(), c.layer)));
+      const auto [begin, end] = c.range.value_or(
+          std::make_pair(int64_t{0}, model::num_parameters(state.model(), c.layer)));
       copies.push_back({c.layer, c.from, c.to, begin, end});
     }
     runtime::ReceivedPieces received;
@@ -518,8 +539,7 @@ void run_generation(Context& cx, int g) {
     // Shards on each host's own disk travel over the world before the worker takes it.
     std::optional<runtime::LoadedCheckpoint> from_hosts;
     if (!start.resume.empty() && cx.on_hosts && cx.store->check({keys::resume_manifest()})) {
-      from_hosts =
-          load_resume_on_hosts(cx, g, rank, layout, world.get(), *signal, start.resume);
+      from_hosts = load_resume_on_hosts(cx, g, rank, layout, world.get(), *signal, start.resume);
     }
     runtime::Worker worker(cx.config, layout, rank, state, std::move(world), factory, hook);
     const double regroup_ms = ms_since(t0) - transfer_ms;
@@ -577,6 +597,19 @@ int run_worker_process(const WorkerArgs& args) {
   Context cx;
   cx.args = args;
   runtime::set_log_prefix(0, args.worker);
+  if (!args.control.empty()) {
+    const auto url = parse_control_url(args.control);
+    std::shared_ptr<ControlStore> control =
+        EtcdControlStore::connect(url, args.run_id, deadline_in(std::chrono::seconds(10)));
+    const milliseconds leaderless(static_cast<int64_t>(args.leaderless_timeout_s * 1000));
+    g_follower = std::make_shared<LeaderFollower>(
+        StoreAt{args.store_host, args.store_port, args.leader_epoch},
+        [control, leaderless](int64_t after) {
+          return locate_leader_store(*control, after, leaderless);
+        },
+        [control](int64_t after) { return find_leader_store(*control, after); });
+    g_follower->watch(milliseconds(250));
+  }
   try {
     cx.store = connect(args.store_host, args.store_port,
                        milliseconds(static_cast<int64_t>(args.connect_timeout_s * 1000)));
@@ -633,14 +666,21 @@ int run_worker_process(const WorkerArgs& args) {
       // Shards still being written are acknowledged when durable, from a later generation's
       // steps or at the end (the coordinator keeps their checkpoint pending meanwhile).
       if (cx.sink) acknowledge(cx, cx.sink->take_durable());
+      std::function<void(c10d::Store&)> report_stopped;
       if (cx.state) {
         Stopped stopped;
         stopped.steps_done = cx.state->steps_done;
         for (int l : cx.state->layers()) stopped.ranges[l] = cx.state->held_range(l);
-        set_string(*cx.store, keys::stopped(g, args.worker), encode_stopped(stopped));
-        cx.store->add(keys::num_stopped(g), 1);
+        report_stopped = [&, text = encode_stopped(stopped)](c10d::Store& store) {
+          set_string(store, keys::stopped(g, args.worker), text);
+          store.add(keys::num_stopped(g), 1);
+        };
+        report_stopped(*cx.store);
       }
       const auto next_key = keys::next(g);
+      // A coordinator that takes the run over meanwhile re-forms the generation from the reports
+      // in its own store: this one is sent again there (failover_store.h).
+      const ResendOnFailover resend(cx.store.get(), report_stopped);
       const Next next = decode_next(await(*cx.store, next_key, "the next plan"), next_key);
       if (!next.shutdown) {
         g = next.generation;

@@ -19,11 +19,17 @@ struct WorkerArgs {
   int store_port = 0;
   int worker = 0;  // stable id: node * devices_per_node + local device
   int node = 0;
-  int device = 0;       // local device on the node
-  int incarnation = 0;  // of the node's agent (a re-joined node counts up)
+  int device = 0;                       // local device on the node
+  int incarnation = 0;                  // of the node's agent (a re-joined node counts up)
   std::string gloo_host = "127.0.0.1";  // this host's address for Gloo's connections
   std::string node_name;  // its agent's --node-name (multi-host); "" = the host's name
   double connect_timeout_s = 60.0;
+  // A run whose control store is etcd (leadership.h): the worker's store clients follow the
+  // leadership (failover_store.h) from the leader of `leader_epoch`, waiting at most
+  // `leaderless_timeout_s` for a new one.
+  std::string control, run_id;
+  int64_t leader_epoch = 0;
+  double leaderless_timeout_s = 30;
 };
 
 // Returns the process exit status (0 after shutdown).

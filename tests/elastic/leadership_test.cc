@@ -13,6 +13,7 @@
 // - Bad input: a --control URL that does not parse, no --run-id, etcd unreachable (the endpoints
 //   named), a run id led by a live coordinator with another config: one error line, exit 2.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -174,8 +175,8 @@ int last_port = 0;
 // loopback; `control` empty: the embedded store. `during` runs in the test while the coordinator
 // does (given its pid).
 template <class During>
-Run run(const std::string& name, int steps, const std::vector<std::string>& control,
-        During during, const std::string& base = dir()) {
+Run run(const std::string& name, int steps, const std::vector<std::string>& control, During during,
+        const std::string& base = dir()) {
   Run r;
   r.out_dir = (fs::path(base) / name).string();
   const int port = etcd_test::free_port();
@@ -212,7 +213,8 @@ std::vector<std::string> step_samples(const std::string& out_dir) {
   while (std::getline(in, line)) {
     // A run still writing may show a partial last line.
     const auto doc = nlohmann::json::parse(line, nullptr, false);
-    if (doc.is_object() && doc.contains("samples")) out.push_back(doc["samples"].get<std::string>());
+    if (doc.is_object() && doc.contains("samples"))
+      out.push_back(doc["samples"].get<std::string>());
   }
   return out;
 }
@@ -237,17 +239,17 @@ constexpr int kSteps = 8;
 // each case in its own), under a lock.
 const std::string& reference() {
   static const std::string out = [] {
-    const auto shared =
-        fs::temp_directory_path() /
-        fmt::format("bw_leadership_ref_{:x}",
-                    std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
+    const auto shared = fs::temp_directory_path() /
+                        fmt::format("bw_leadership_ref_{:x}",
+                                    std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
     fs::create_directories(shared);
     const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
     ::flock(lock, LOCK_EX);
     const auto done = shared / "done";
     std::string dir = (shared / "embedded").string();
     if (!fs::exists(done)) {
-      const auto r = run("embedded", kSteps, {}, [](pid_t) {}, shared.string());
+      const auto r = run(
+          "embedded", kSteps, {}, [](pid_t) {}, shared.string());
       if (r.coordinator.status == 0) {
         std::ofstream(done) << "ok\n";
       } else {
@@ -278,8 +280,8 @@ std::optional<Leader> wait_for_decision(ControlStore& store, int k) {
   while (ControlClock::now() < until) {
     try {
       const auto lead = store.leader(keys::leader(), deadline_in(5s));
-      if (lead && store.get(fmt::format("i{}/{}", lead->epoch, keys::decision(0, k)),
-                            deadline_in(5s))) {
+      if (lead &&
+          store.get(fmt::format("i{}/{}", lead->epoch, keys::decision(0, k)), deadline_in(5s))) {
         return lead;
       }
     } catch (const ControlError&) {
@@ -305,8 +307,8 @@ std::map<std::string, int> puts_of_instance(ControlStore& store, int64_t* epoch)
 TEST(FencedRun, EndsWhereTheEmbeddedRunEndsWithOneDecisionPerStepInEtcd) {
   BW_REQUIRE_ETCD();
   EtcdCluster cluster(3, dir());
-  const auto got = run("etcd", kSteps, {"--control", cluster.url(), "--run-id", "fenced"},
-                       [](pid_t) {});
+  const auto got =
+      run("etcd", kSteps, {"--control", cluster.url(), "--run-id", "fenced"}, [](pid_t) {});
   expect_same_as_reference(got);
 
   auto store = client(cluster, "fenced");
@@ -387,14 +389,14 @@ TEST(FencedRun, TwoOfThreeMembersLostPastTheLeaderlessTimeoutEndTheRunWithExit3)
   EtcdCluster cluster(3, dir());
   auto store = client(cluster, "no-quorum");
   bool decided = false;
-  const auto got = run("no_quorum", 200,
-                       {"--control", cluster.url(), "--run-id", "no-quorum",
-                        "--leaderless-timeout-s", "3"},
-                       [&](pid_t) {
-                         decided = wait_for_decision(*store, 2).has_value();
-                         cluster.kill(0);
-                         cluster.kill(1);
-                       });
+  const auto got =
+      run("no_quorum", 200,
+          {"--control", cluster.url(), "--run-id", "no-quorum", "--leaderless-timeout-s", "3"},
+          [&](pid_t) {
+            decided = wait_for_decision(*store, 2).has_value();
+            cluster.kill(0);
+            cluster.kill(1);
+          });
   ASSERT_TRUE(decided) << "no decision 2";
   EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
   EXPECT_NE(got.coordinator.output.find("did not answer for 3 s"), std::string::npos)
@@ -409,51 +411,51 @@ TEST(FencedRun, ACoordinatorPausedPastItsLeaseExitsAtResumptionWithoutSideEffect
   int64_t epoch = 0, old_epoch = 0;
   std::string failure;
   bool told_agents = false;
-  const auto got = run(
-      "paused", 200, {"--control", cluster.url(), "--run-id", "paused", "--lease-ttl-s", "2"},
-      [&](pid_t pid) {
-        // Wait for the third decision, then pause the coordinator past its lease.
-        const auto lead = wait_for_decision(*store, 2);
-        if (!lead) {
-          failure = "no decision 2 within 90 s";
-          return;
-        }
-        old_epoch = lead->epoch;
-        // A client of its store, as an agent is, to see what it writes there before it exits.
-        c10d::TCPStoreOptions opts;
-        opts.port = static_cast<uint16_t>(last_port);
-        opts.isServer = false;
-        opts.waitWorkers = false;
-        opts.timeout = std::chrono::milliseconds(5000);
-        c10::intrusive_ptr<c10d::TCPStore> tcp;
-        try {
-          tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
-        } catch (const std::exception& e) {
-          failure = std::string("could not connect to the coordinator's store: ") + e.what();
-          return;
-        }
-        ::kill(pid, SIGSTOP);
-        // Its key goes with its lease; a standby (this test) takes the lead.
-        try {
-          const auto lease = store->grant_lease(30, deadline_in(5s));
-          epoch = store->campaign(keys::leader(), "standby", lease.id, deadline_in(20s));
-        } catch (const std::exception& e) {
-          failure = std::string("the test's campaign failed: ") + e.what();
-        }
-        ::kill(pid, SIGCONT);
-        // Until its store goes with it: does it tell its agents the run is over?
-        const auto until = ControlClock::now() + 30s;
-        while (ControlClock::now() < until) {
-          try {
-            if (tcp->check({keys::run_over()})) {
-              told_agents = true;
-              break;
+  const auto got =
+      run("paused", 200, {"--control", cluster.url(), "--run-id", "paused", "--lease-ttl-s", "2"},
+          [&](pid_t pid) {
+            // Wait for the third decision, then pause the coordinator past its lease.
+            const auto lead = wait_for_decision(*store, 2);
+            if (!lead) {
+              failure = "no decision 2 within 90 s";
+              return;
             }
-          } catch (const std::exception&) {
-            break;  // the store is gone
-          }
-        }
-      });
+            old_epoch = lead->epoch;
+            // A client of its store, as an agent is, to see what it writes there before it exits.
+            c10d::TCPStoreOptions opts;
+            opts.port = static_cast<uint16_t>(last_port);
+            opts.isServer = false;
+            opts.waitWorkers = false;
+            opts.timeout = std::chrono::milliseconds(5000);
+            c10::intrusive_ptr<c10d::TCPStore> tcp;
+            try {
+              tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+            } catch (const std::exception& e) {
+              failure = std::string("could not connect to the coordinator's store: ") + e.what();
+              return;
+            }
+            ::kill(pid, SIGSTOP);
+            // Its key goes with its lease; a standby (this test) takes the lead.
+            try {
+              const auto lease = store->grant_lease(30, deadline_in(5s));
+              epoch = store->campaign(keys::leader(), "standby", lease.id, deadline_in(20s));
+            } catch (const std::exception& e) {
+              failure = std::string("the test's campaign failed: ") + e.what();
+            }
+            ::kill(pid, SIGCONT);
+            // Until its store goes with it: does it tell its agents the run is over?
+            const auto until = ControlClock::now() + 30s;
+            while (ControlClock::now() < until) {
+              try {
+                if (tcp->check({keys::run_over()})) {
+                  told_agents = true;
+                  break;
+                }
+              } catch (const std::exception&) {
+                break;  // the store is gone
+              }
+            }
+          });
   ASSERT_TRUE(failure.empty()) << failure;
   EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
   EXPECT_NE(got.coordinator.output.find("lost leadership"), std::string::npos)
@@ -470,15 +472,323 @@ TEST(FencedRun, ACoordinatorPausedPastItsLeaseExitsAtResumptionWithoutSideEffect
   EXPECT_EQ(got.agent_log.find("took node"), std::string::npos) << got.agent_log;
 }
 
+// --- Takeover: an active coordinator and a standby (each with its own train.out_dir, one
+// checkpoint.dir), the agent following the leadership (--control).
+
+struct Takeover {
+  int active = -1, standby = -1, agent = -1;
+  std::string active_log, standby_log, agent_log, base;
+};
+
+std::string read_or_empty(const std::string& path) {
+  return fs::exists(path) ? bw::testing::read_text(path) : std::string();
+}
+
+// `during(active, standby)` acts on the two coordinators once they run; the test then waits for
+// each process (the standby last: it ends the run when it took over).
+// `nodes` 1: one agent with 2 workers, one pipeline; 2: two agents with 1 worker each, two
+// pipelines (f = 1). `config` is added to both coordinators' config.
+template <class During>
+Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps,
+                  const std::vector<std::string>& extra, During during,
+                  const std::string& active_env = "", int nodes = 1,
+                  const std::vector<std::string>& config = {}) {
+  Takeover t;
+  t.base = (fs::path(dir()) / name).string();
+  fs::create_directories(t.base);
+  bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
+  const std::string control =
+      fmt::format("--control {} --run-id {} {}", cluster.url(), name, fmt::join(extra, " "));
+  auto coordinator = [&](const std::string& who, const std::string& more, const std::string& env) {
+    std::string cmd = fmt::format(
+        "exec env {} '{}' coordinator --listen 127.0.0.1:0 --wait-s 60 --log-level info {} {}", env,
+        BW_BINARY, control, more);
+    std::vector<std::string> shape =
+        nodes == 1 ? std::vector<std::string>{"--cluster.nodes=1", "--cluster.devices_per_node=2",
+                                              "--pipeline.pipelines=[2]",
+                                              "--pipeline.schedule=1f1b",
+                                              "--pipeline.fault_tolerance=0"}
+                   : std::vector<std::string>{"--cluster.nodes=2", "--cluster.devices_per_node=1",
+                                              "--pipeline.pipelines=[1,1]",
+                                              "--pipeline.fault_tolerance=1"};
+    shape.push_back("--checkpoint.dir=" + t.base + "/ckpt");
+    shape.insert(shape.end(), config.begin(), config.end());
+    for (const auto& a : bw::testing::tiny_train_args(corpus(), t.base + "/" + who, steps, shape)) {
+      cmd += " '" + a + "'";
+    }
+    return ChildProcess::spawn("/bin/sh",
+                               {"sh", "-c", fmt::format("{} >'{}/{}.log' 2>&1", cmd, t.base, who)});
+  };
+  auto active = coordinator("active", "", active_env);
+  // The standby once the active leads (else it could lead first).
+  auto store = client(cluster, name);
+  const auto until = ControlClock::now() + 60s;
+  while (ControlClock::now() < until) {
+    try {
+      if (store->leader(keys::leader(), deadline_in(5s))) break;
+    } catch (const ControlError&) {
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  auto standby = coordinator("standby", "--standby", "");
+  std::vector<ChildProcess> agents;
+  for (int i = 0; i < nodes; ++i) {
+    agents.push_back(ChildProcess::spawn(
+        "/bin/sh", {"sh", "-c",
+                    fmt::format("exec env BW_LOG_LEVEL=info '{}' agent --control {} --run-id {} --node-name n{} "
+                                "--wait-s 30 --leaderless-timeout-s 30 >'{}/agent{}.log' 2>&1",
+                                BW_BINARY, cluster.url(), name, i, t.base, i)}));
+  }
+  during(active.pid(), standby.pid());
+  t.standby = standby.wait_or_kill(std::chrono::seconds(150));
+  // The first agent's status (a second one may have lost its node on purpose).
+  for (size_t i = 0; i < agents.size(); ++i) {
+    const int st = agents[i].wait_or_kill(std::chrono::seconds(40));
+    if (i == 0) t.agent = st;
+  }
+  t.active = active.wait_or_kill(std::chrono::seconds(40));
+  t.active_log = read_or_empty(t.base + "/active.log");
+  t.standby_log = read_or_empty(t.base + "/standby.log");
+  for (int i = 0; i < nodes; ++i) t.agent_log += read_or_empty(fmt::format("{}/agent{}.log", t.base, i));
+  return t;
+}
+
+std::string logs(const Takeover& t) {
+  return "--- active:\n" + t.active_log + "\n--- standby:\n" + t.standby_log + "\n--- agent:\n" +
+         t.agent_log;
+}
+
+// Step -> samples digest over the metrics of both coordinators; a step in both must agree.
+std::map<int, std::string> samples_by_step(const Takeover& t) {
+  std::map<int, std::string> out;
+  for (const char* who : {"active", "standby"}) {
+    std::ifstream in(fs::path(t.base) / who / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto doc = nlohmann::json::parse(line, nullptr, false);
+      if (!doc.is_object() || !doc.contains("samples")) continue;
+      const int step = doc["step"].get<int>();
+      const auto digest = doc["samples"].get<std::string>();
+      if (out.count(step)) EXPECT_EQ(out[step], digest) << "step " << step << " differs";
+      out[step] = digest;
+    }
+  }
+  return out;
+}
+
+// The "recovered" events the standby recorded.
+std::vector<nlohmann::json> recovered_events(const Takeover& t) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(fs::path(t.base) / "standby" / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_object() && doc.value("event", "") == "recovered") out.push_back(doc);
+  }
+  return out;
+}
+
+// The run ended where the failure-free run ends, bitwise, every step it recorded on the samples
+// the failure-free run trained that step on, and each step committed exactly once in etcd.
+void expect_taken_over_like_reference(const Takeover& t, ControlStore& store,
+                                      const std::string& ref_ckpt = reference() + "/ckpt",
+                                      std::vector<std::string> want = {}) {
+  ASSERT_EQ(t.standby, 0) << logs(t);
+  EXPECT_EQ(t.agent, 0) << logs(t);
+  bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(t.base + "/ckpt", kSteps),
+                                    runtime::checkpoint_dir(ref_ckpt, kSteps));
+  if (want.empty()) want = step_samples(reference());
+  const auto got = samples_by_step(t);
+  // The step whose decision was durable when the leader died may be in neither file (only that).
+  EXPECT_GE(got.size() + 1, want.size());
+  for (const auto& [step, digest] : got) {
+    ASSERT_LT(step, static_cast<int>(want.size()));
+    EXPECT_EQ(digest, want[step]) << "step " << step;
+  }
+  EXPECT_TRUE(got.count(kSteps - 1)) << "the last step is not recorded";
+  const auto events = recovered_events(t);
+  ASSERT_EQ(events.size(), 1u) << logs(t);
+  EXPECT_EQ(events[0]["cause"], "coordinator");
+  // etcd's history: each decision key written once, and each step committed exactly once over
+  // all generations (a step is applied on every replica or on none).
+  const auto inst = store.get(keys::instance(), deadline_in(5s));
+  ASSERT_TRUE(inst.has_value());
+  const auto instance = decode_instance(inst->value, keys::instance());
+  EXPECT_TRUE(instance.over);
+  std::map<std::string, int> puts;
+  std::map<int, int> commits;  // step -> commits
+  for (const auto& e : history(store, fmt::format("i{}/", instance.epoch))) {
+    if (e.type != WatchEvent::Type::kPut || e.key.find("/decision/") == std::string::npos) continue;
+    ++puts[e.key];
+    const int step = std::stoi(e.key.substr(e.key.rfind('/') + 1));
+    const auto d = decode_decision(e.value, e.key);
+    if (d == Decision::kCommit || d == Decision::kLast) ++commits[step];
+  }
+  for (const auto& [key, n] : puts) EXPECT_EQ(n, 1) << key;
+  for (int k = 0; k < kSteps; ++k) EXPECT_EQ(commits[k], 1) << "step " << k;
+  EXPECT_FALSE(store.get(keys::leader(), deadline_in(5s)).has_value()) << "not resigned";
+}
+
+TEST(Takeover, TheActiveCoordinatorKilledMidRunEndsWhereTheFailureFreeRunEnds) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "killed");
+  std::string failure;
+  const auto t = takeover("killed", cluster, kSteps, {}, [&](pid_t active, pid_t) {
+    if (!wait_for_decision(*store, 3)) failure = "no decision 3 within 90 s";
+    ::kill(active, SIGKILL);
+  });
+  ASSERT_TRUE(failure.empty()) << failure << logs(t);
+  EXPECT_EQ(t.active, 128 + SIGKILL);
+  expect_taken_over_like_reference(t, *store);
+  // Its store refused connections at once: the evidence path, well inside the 5 s lease.
+  EXPECT_NE(t.standby_log.find("revoked on evidence"), std::string::npos) << t.standby_log;
+}
+
+TEST(Takeover, KilledRightAfterADecisionWasDurableThatStepIsAppliedOnce) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "after-write");
+  // Killed by its own hook after its 4th decision reached etcd and before its store had it: no
+  // worker saw that commit from it; the standby publishes it again.
+  const auto t = takeover(
+      "after-write", cluster, kSteps, {}, [&](pid_t, pid_t) {}, "BW_KILL_AFTER_DECISION=4");
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  expect_taken_over_like_reference(t, *store);
+}
+
+TEST(Takeover, AnActiveCoordinatorPausedPastItsLeaseIsReplacedAndExitsWithoutSideEffects) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "paused-active");
+  std::string failure;
+  int64_t old_epoch = 0, new_epoch = 0;
+  const auto t =
+      takeover("paused-active", cluster, kSteps, {"--lease-ttl-s", "2"}, [&](pid_t active, pid_t) {
+        const auto lead = wait_for_decision(*store, 3);
+        if (!lead) {
+          failure = "no decision 3 within 90 s";
+          return;
+        }
+        old_epoch = lead->epoch;
+        ::kill(active, SIGSTOP);
+        // Its port still accepts (the kernel does): no evidence; the lease path, then the standby.
+        const auto until = ControlClock::now() + 60s;
+        while (ControlClock::now() < until && new_epoch <= old_epoch) {
+          try {
+            const auto now = store->leader(keys::leader(), deadline_in(5s));
+            if (now) new_epoch = now->epoch;
+          } catch (const ControlError&) {
+          }
+          std::this_thread::sleep_for(20ms);
+        }
+        std::this_thread::sleep_for(1s);  // the standby at work
+        ::kill(active, SIGCONT);
+      });
+  ASSERT_TRUE(failure.empty()) << failure << logs(t);
+  ASSERT_GT(new_epoch, old_epoch) << logs(t);
+  EXPECT_EQ(t.active, 3) << logs(t);
+  EXPECT_NE(t.active_log.find("lost leadership"), std::string::npos) << t.active_log;
+  EXPECT_EQ(t.standby_log.find("revoked on evidence"), std::string::npos) << t.standby_log;
+  expect_taken_over_like_reference(t, *store);
+  // Nothing the old leader wrote in etcd after the new epoch began: of generation 0 (its
+  // generation) only the new leader's abort of the step in flight may follow, once.
+  int late = 0;
+  for (const auto& e : history(*store, "i")) {
+    if (e.revision > new_epoch && e.key.find("/g0/decision/") != std::string::npos) {
+      ++late;
+      EXPECT_EQ(decode_decision(e.value, e.key), Decision::kAbort) << e.key;
+    }
+  }
+  EXPECT_LE(late, 1);
+}
+
+TEST(Takeover, KilledWhileItAbortedAStepForALostNodeTheStandbyFinishesTheRecovery) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "regroup");
+  // For reference, the same run and worker fault led by one coordinator to the end (a recovery
+  // onto one pipeline: the same plans, so the same bits, as the run taken over must give).
+  const auto ref = takeover("regroup-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2,
+                            {"--elastic.inject=kill:node=1:step=3"});
+  ASSERT_EQ(ref.active, 0) << logs(ref);
+  std::vector<std::string> want;
+  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
+  // Node 1's worker dies in step 3; the active's 4th decision is that step's abort, and it dies
+  // right after writing it: its recovery is the standby's to finish.
+  const auto t = takeover("regroup", cluster, kSteps, {}, [](pid_t, pid_t) {},
+                          "BW_KILL_AFTER_DECISION=4", 2, {"--elastic.inject=kill:node=1:step=3"});
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+  const auto events = recovered_events(t);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["nodes"], nlohmann::json::array({1}));
+  EXPECT_EQ(events[0]["step"], 3);
+}
+
+TEST(Takeover, KilledAfterItPublishedTheNextGenerationTheStandbyFormsIt) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "published");
+  const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
+  const auto ref =
+      takeover("published-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
+  ASSERT_EQ(ref.active, 0) << logs(ref);
+  std::vector<std::string> want;
+  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
+  // Its second run state is generation 1's, after node 1's loss: it dies once that is durable,
+  // with every survivor's stopped report in its own store and none told of generation 1.
+  const auto t = takeover("published", cluster, kSteps, {}, [](pid_t, pid_t) {},
+                          "BW_KILL_AT_STATE=2", 2, fault);
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+}
+
+TEST(Takeover, KilledWithTheSurvivorsReportsInItsStoreTheyAreSentAgain) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "resent");
+  const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
+  const auto ref = takeover("resent-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
+  ASSERT_EQ(ref.active, 0) << logs(ref);
+  std::vector<std::string> want;
+  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
+  // It dies re-planning after node 1's loss, before generation 1 is durable: the survivor's
+  // report of what it holds is in its store only, and the standby's quiesce needs it again.
+  const auto t = takeover("resent", cluster, kSteps, {}, [](pid_t, pid_t) {},
+                          "BW_KILL_AT_STATE=2:before", 2, fault);
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+}
+
+TEST(Takeover, AStandbyKilledChangesNothing) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "standby-killed");
+  std::string failure;
+  const auto t = takeover("standby-killed", cluster, kSteps, {}, [&](pid_t, pid_t standby) {
+    if (!wait_for_decision(*store, 2)) failure = "no decision 2 within 90 s";
+    ::kill(standby, SIGKILL);
+  });
+  ASSERT_TRUE(failure.empty()) << failure << logs(t);
+  EXPECT_EQ(t.active, 0) << logs(t);
+  EXPECT_EQ(t.agent, 0) << logs(t);
+  bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(t.base + "/ckpt", kSteps),
+                                    runtime::checkpoint_dir(reference() + "/ckpt", kSteps));
+  const auto got = samples_by_step(t);
+  EXPECT_EQ(got.size(), static_cast<size_t>(kSteps));
+  EXPECT_TRUE(recovered_events(t).empty());
+}
+
 // --- Bad input
 
 void expect_refused(const std::vector<std::string>& control, const std::string& needle) {
   std::vector<std::string> args = {"coordinator", "--listen", "127.0.0.1:0", "--wait-s", "5"};
   args.insert(args.end(), control.begin(), control.end());
-  for (const auto& a : bw::testing::tiny_train_args(
-           corpus(), dir() + "/refused", 2,
-           {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
-            "--pipeline.fault_tolerance=0"})) {
+  for (const auto& a :
+       bw::testing::tiny_train_args(corpus(), dir() + "/refused", 2,
+                                    {"--cluster.nodes=1", "--cluster.devices_per_node=2",
+                                     "--pipeline.pipelines=[2]", "--pipeline.fault_tolerance=0"})) {
     args.push_back(a);
   }
   bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
@@ -491,9 +801,26 @@ TEST(FencedRun, BadControlInputIsOneErrorExit2) {
   expect_refused({"--control", "etcd://no-port-here"}, "etcd://no-port-here");
   expect_refused({"--control", "etcd://127.0.0.1:2379"}, "--run-id");
   expect_refused({"--run-id", "r"}, "--control etcd://");
+  expect_refused({"--standby"}, "--control etcd://");
   const int port = etcd_test::free_port();  // nothing listens there
   expect_refused({"--control", fmt::format("etcd://127.0.0.1:{}", port), "--run-id", "r"},
                  fmt::format("127.0.0.1:{}", port));
+}
+
+TEST(FencedRun, BadAgentControlInputIsOneErrorExit2) {
+  auto refused = [](const std::vector<std::string>& args, const std::string& needle) {
+    std::vector<std::string> all = {"agent", "--wait-s", "5"};
+    all.insert(all.end(), args.begin(), args.end());
+    const auto r = bw::testing::run_cli(all, dir() + "/agent-refused.log", 60);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  };
+  refused({"--control", "etcd://127.0.0.1:2379"}, "--run-id");
+  refused({"--control", "embedded", "--run-id", "r"}, "only an etcd control store");
+  refused({"--control", "etcd://127.0.0.1:2379", "--run-id", "r", "--coordinator",
+           "127.0.0.1:29500"},
+          "two ways");
+  refused({"--control", "etcd://no-port-here", "--run-id", "r"}, "etcd://no-port-here");
 }
 
 TEST(FencedRun, ARunIdLedByALiveCoordinatorWithAnotherConfigIsRefused) {

@@ -164,5 +164,52 @@ TEST(PeerMessages, EncodersWriteWhatTheDecodersRead) {
   }
 }
 
+// What a takeover reads and sends (leadership.h, Supervisor::adopt): the run's instance, the run
+// state, and an agent's registration as the node it was.
+TEST(StoreMessages, TakeoverMessagesReadBackAndNameTheirKeyWhenBad) {
+  const InstanceRecord inst{42, true};
+  EXPECT_EQ(json::parse(encode_instance(inst)), json::parse(R"({"epoch": 42, "over": true})"));
+  EXPECT_EQ(decode_instance(encode_instance(inst), "instance"), inst);
+  RunState st;
+  st.generation = 2;
+  st.first_step = 17;
+  st.skipped = 3;
+  st.consecutive_skips = 1;
+  st.start = encode_start({.first_step = 17, .skipped_steps = 3});
+  st.plan = R"({"generation": 2})";
+  st.checkpoint_io = "hosts";
+  st.nodes = {{0, "h0", 0, true, true}, {1, "h1", 2, false, true}, {2, "h2", 1, true, false}};
+  const auto text = encode_run_state(st);
+  EXPECT_EQ(json::parse(text)["nodes"][1],
+            json::parse(R"({"node": 1, "name": "h1", "incarnation": 2, "live": false,
+                            "in_plan": true})"));
+  EXPECT_EQ(decode_run_state(text, "state"), st);
+  Registration reg;
+  reg.name = "h1";
+  reg.node = 1;
+  reg.incarnation = 2;
+  EXPECT_EQ(json::parse(encode_registration(reg))["rejoin"],
+            json::parse(R"({"node": 1, "incarnation": 2})"));
+  EXPECT_EQ(decode_registration(encode_registration(reg), "reg/0"), reg);
+  reg.node = -1;  // a new registration has no "rejoin"
+  reg.incarnation = 0;
+  EXPECT_FALSE(json::parse(encode_registration(reg)).contains("rejoin"));
+  EXPECT_EQ(decode_registration(encode_registration(reg), "reg/0"), reg);
+  for (const char* bad : {R"({"epoch": 0, "over": false})", R"({"epoch": 3})",
+                          R"({"epoch": 3, "over": 1})", "[]"}) {
+    const auto e = error_of([&] { decode_instance(bad, "instance"); });
+    EXPECT_NE(e.find("'instance'"), std::string::npos) << bad << ": " << e;
+  }
+  auto doc = json::parse(text);
+  doc["nodes"][0]["live"] = "yes";
+  for (const std::string bad : {doc.dump(), std::string(R"({"generation": 1})"),
+                                std::string("null")}) {
+    const auto e = error_of([&] { decode_run_state(bad, "state"); });
+    EXPECT_NE(e.find("'state'"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NE(error_of([&] { decode_registration(R"({"rejoin": 3})", "reg/0"); }).find("rejoin"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace bw::elastic
