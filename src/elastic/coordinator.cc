@@ -1130,18 +1130,18 @@ RunState run_state(const Supervisor& sup, const RemoteNodes* hosts, const RunSet
 
 // What a standby that won found: the generation its predecessor published last, the decisions
 // of that generation that stand, and which agents came back.
-Adoption adoption(const RunState& state, const PlanContext& ctx, Leadership& lead, int steps,
-                  const std::set<int>& back) {
+Adoption adoption(const RunState& state, int64_t state_revision, const PlanContext& ctx,
+                  Leadership& lead, const std::set<int>& back) {
   Adoption a;
   a.run = layout_plan(ctx, plan::plan_from_json(json::parse(state.plan, "the run state's plan")));
   a.first_step = state.first_step;
   a.start = state.start;
   a.skips = {state.skipped, state.consecutive_skips};
+  // The generation's decisions, all written after its run state.
   const int g = a.run.layout.generation;
-  for (int step = state.first_step; step <= steps; ++step) {
-    const auto d = lead.get(keys::decision(g, step));
-    if (!d) break;
-    a.decisions[step] = *d;
+  const std::string prefix = keys::decisions_of(g);
+  for (const auto& [key, value] : lead.written_since(prefix, state_revision)) {
+    a.decisions[std::stoi(key.substr(prefix.size()))] = value;
   }
   for (const auto& n : state.nodes) {
     a.nodes.push_back(
@@ -1165,6 +1165,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   SystemClock clock;
   // A standby that won takes over the run its predecessor led (Supervisor::adopt).
   std::optional<RunState> adopted;
+  int64_t state_revision = 0;
   double led_ms = 0;
   if (lead && options.standby) {
     led_ms = clock.now_ms();
@@ -1176,14 +1177,15 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
       setup.idle = true;
       return;
     }
-    const auto text = lead->get(keys::run_state());
+    const auto text = lead->get_kv(keys::run_state());
     if (!text) {
       throw CommError(fmt::format(
           "run '{}': its coordinator went before it started the run (no run state in the "
           "control store); start the run again",
           options.run_id));
     }
-    adopted = decode_run_state(*text, keys::run_state());
+    adopted = decode_run_state(text->value, keys::run_state());
+    state_revision = text->mod_revision;
     if (setup.predecessor_alive_ms == 0) setup.predecessor_alive_ms = led_ms;
     runtime::log(runtime::LogLevel::kInfo,
                  "taking over run '{}' at generation {} (epoch {}, instance {})", options.run_id,
@@ -1329,7 +1331,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   bool asked = false;
   try {
     if (adopted) {
-      Adoption a = adoption(*adopted, ctx, *lead, config.train.steps, back);
+      Adoption a = adoption(*adopted, state_revision, ctx, *lead, back);
       a.fail_ms = setup.predecessor_alive_ms;
       a.led_ms = led_ms;
       a.reconciled_ms = clock.now_ms();

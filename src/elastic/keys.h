@@ -106,7 +106,8 @@ inline std::string trace(int g, int step, int rank) {
 }
 inline std::string num_ready(int g, int step) { return fmt::format("g{}/nready/{}", g, step); }
 // "commit" | "last" (commit, then the generation ends) | "abort".
-inline std::string decision(int g, int step) { return fmt::format("g{}/decision/{}", g, step); }
+inline std::string decisions_of(int g) { return fmt::format("g{}/decision/", g); }  // a prefix
+inline std::string decision(int g, int step) { return fmt::format("{}{}", decisions_of(g), step); }
 inline std::string num_saved(int g, int step) { return fmt::format("g{}/nsaved/{}", g, step); }
 inline std::string done(int g, int rank) { return fmt::format("g{}/done/{}", g, rank); }
 // JSON {"val_loss", "eval_ms"} of the evaluation after the last step (rank 0, before its done).

@@ -254,6 +254,37 @@ std::optional<std::string> Leadership::get(const std::string& key) {
   });
 }
 
+std::optional<KeyValue> Leadership::get_kv(const std::string& key) {
+  check();
+  const std::string k = instance_prefix() + key;
+  return fenced("a read", [&](Deadline d) { return store_->get(k, d); });
+}
+
+std::map<std::string, std::string> Leadership::written_since(const std::string& prefix,
+                                                             int64_t from_revision) {
+  check();
+  const std::string full = instance_prefix() + prefix;
+  return fenced("a read of the history", [&](Deadline d) {
+    std::map<std::string, std::string> out;
+    const int64_t now = store_->revision(d);
+    int64_t from = from_revision;
+    while (from <= now) {
+      const auto events = store_->watch(full, from, d);
+      if (events.empty()) break;
+      for (const auto& e : events) {
+        const std::string key = e.key.substr(instance_prefix().size());
+        if (e.type == WatchEvent::Type::kPut) {
+          out[key] = e.value;
+        } else {
+          out.erase(key);
+        }
+      }
+      from = events.back().revision + 1;
+    }
+    return out;
+  });
+}
+
 void Leadership::end_instance() {
   check();
   fenced("the end of the run", [&](Deadline d) {

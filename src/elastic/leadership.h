@@ -37,6 +37,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,6 +95,13 @@ class Leadership {
   void put(const std::string& key, const std::string& value);
   // The value at instance_prefix() + key, if any (linearizable).
   std::optional<std::string> get(const std::string& key);
+  // The same with its revisions.
+  std::optional<KeyValue> get_kv(const std::string& key);
+  // Every key under instance_prefix() + prefix written at or after `from_revision`, with the value
+  // it holds now (keys relative to the instance; deleted ones left out), read from the store's
+  // history in a few calls rather than one call per key.
+  std::map<std::string, std::string> written_since(const std::string& prefix,
+                                                   int64_t from_revision);
   // The run is over (finished or stopped): a standby has nothing to take over.
   void end_instance();
   // The run is over: the leader key goes (if still this epoch's) and the lease is revoked.

@@ -703,23 +703,28 @@ TEST(Takeover, AnActiveCoordinatorPausedPastItsLeaseIsReplacedAndExitsWithoutSid
   EXPECT_LE(late, 1);
 }
 
-TEST(Takeover, KilledWhileItAbortedAStepForALostNodeTheStandbyFinishesTheRecovery) {
-  BW_REQUIRE_ETCD();
+// Two nodes, node 1's worker killed in step 3 (--elastic.inject), the active coordinator killed
+// by its own hook `active_env` during that recovery: the run taken over ends bitwise where the
+// same run and fault led by one coordinator to the end ends (the same plans, so the same bits).
+Takeover taken_over_in_a_recovery(const std::string& name, const std::string& active_env) {
   EtcdCluster cluster(3, dir());
-  auto store = client(cluster, "regroup");
-  // For reference, the same run and worker fault led by one coordinator to the end (a recovery
-  // onto one pipeline: the same plans, so the same bits, as the run taken over must give).
-  const auto ref = takeover("regroup-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2,
-                            {"--elastic.inject=kill:node=1:step=3"});
-  ASSERT_EQ(ref.active, 0) << logs(ref);
+  auto store = client(cluster, name);
+  const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
+  const auto ref =
+      takeover(name + "-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
+  EXPECT_EQ(ref.active, 0) << logs(ref);
   std::vector<std::string> want;
   for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
-  // Node 1's worker dies in step 3; the active's 4th decision is that step's abort, and it dies
-  // right after writing it: its recovery is the standby's to finish.
-  const auto t = takeover("regroup", cluster, kSteps, {}, [](pid_t, pid_t) {},
-                          "BW_KILL_AFTER_DECISION=4", 2, {"--elastic.inject=kill:node=1:step=3"});
+  auto t = takeover(name, cluster, kSteps, {}, [](pid_t, pid_t) {}, active_env, 2, fault);
   EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
   expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+  return t;
+}
+
+TEST(Takeover, KilledWhileItAbortedAStepForALostNodeTheStandbyFinishesTheRecovery) {
+  BW_REQUIRE_ETCD();
+  // Its 4th decision is step 3's abort: it dies right after writing it.
+  const auto t = taken_over_in_a_recovery("regroup", "BW_KILL_AFTER_DECISION=4");
   const auto events = recovered_events(t);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["nodes"], nlohmann::json::array({1}));
@@ -728,37 +733,16 @@ TEST(Takeover, KilledWhileItAbortedAStepForALostNodeTheStandbyFinishesTheRecover
 
 TEST(Takeover, KilledAfterItPublishedTheNextGenerationTheStandbyFormsIt) {
   BW_REQUIRE_ETCD();
-  EtcdCluster cluster(3, dir());
-  auto store = client(cluster, "published");
-  const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
-  const auto ref =
-      takeover("published-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
-  ASSERT_EQ(ref.active, 0) << logs(ref);
-  std::vector<std::string> want;
-  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
-  // Its second run state is generation 1's, after node 1's loss: it dies once that is durable,
-  // with every survivor's stopped report in its own store and none told of generation 1.
-  const auto t = takeover("published", cluster, kSteps, {}, [](pid_t, pid_t) {},
-                          "BW_KILL_AT_STATE=2", 2, fault);
-  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
-  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+  // Its second run state is generation 1's: it dies once that is durable, with every survivor's
+  // stopped report in its own store and none told of generation 1.
+  taken_over_in_a_recovery("published", "BW_KILL_AT_STATE=2");
 }
 
 TEST(Takeover, KilledWithTheSurvivorsReportsInItsStoreTheyAreSentAgain) {
   BW_REQUIRE_ETCD();
-  EtcdCluster cluster(3, dir());
-  auto store = client(cluster, "resent");
-  const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
-  const auto ref = takeover("resent-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
-  ASSERT_EQ(ref.active, 0) << logs(ref);
-  std::vector<std::string> want;
-  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
-  // It dies re-planning after node 1's loss, before generation 1 is durable: the survivor's
-  // report of what it holds is in its store only, and the standby's quiesce needs it again.
-  const auto t = takeover("resent", cluster, kSteps, {}, [](pid_t, pid_t) {},
-                          "BW_KILL_AT_STATE=2:before", 2, fault);
-  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
-  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+  // It dies re-planning, before generation 1 is durable: the survivor's report of what it holds
+  // is in its store only, and the standby's quiesce needs it again.
+  taken_over_in_a_recovery("resent", "BW_KILL_AT_STATE=2:before");
 }
 
 TEST(Takeover, AStandbyKilledChangesNothing) {
