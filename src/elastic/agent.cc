@@ -136,21 +136,19 @@ Ended run_node(Store handle, const AgentArgs& args, const Node& n, const runtime
   auto kill_all = [&] {
     for (auto& w : workers) w.kill();
   };
-  // The connection in use (replaced after a timed-out call: it is out of step with its server).
-  auto store_of = [&]() -> c10d::Store& { return *handle; };
   auto last_beat = steady_clock::now() - period;
   std::vector<bool> finished(workers.size(), false);
   const auto fence = keys::node_fence(n.node, n.incarnation);
   while (true) {
     if (steady_clock::now() - last_beat >= period) {
       try {
-        store_of().add(keys::node_heartbeat(n.node), 1);
+        handle->add(keys::node_heartbeat(n.node), 1);
         if (n.remote) {
-          if (store_of().check({fence})) {
+          if (handle->check({fence})) {
             kill_all();
             return {End::kFenced};
           }
-          if (store_of().check({keys::run_over()})) {
+          if (handle->check({keys::run_over()})) {
             // Workers leave by themselves after the shutdown; give them a moment.
             for (auto& w : workers) w.wait_or_kill(seconds(5));
             return {End::kRunOver};
@@ -167,7 +165,7 @@ Ended run_node(Store handle, const AgentArgs& args, const Node& n, const runtime
         // Following the leadership: a slow store is a coordinator paused or cut off. Replaced by
         // a newer one: go to it; else beat again later on a fresh connection.
         if (replaced && replaced()) return {End::kStoreLost};
-        try {
+        try {  // a timed-out connection is out of step with its server
           handle = connect_store(args.store_host, args.store_port, milliseconds(1000));
           handle->setTimeout(milliseconds(1000));
         } catch (const std::exception&) {
@@ -191,16 +189,16 @@ Ended run_node(Store handle, const AgentArgs& args, const Node& n, const runtime
       // A worker that failed because the coordinator went away (its store stopped answering) is
       // the coordinator's loss, not the worker's: the agent says which coordinator it lost.
       // (Workers that follow the leadership outlive their coordinator: their exit is theirs.)
-      if (!follow && !store_answers(store_of())) {
+      if (!follow && !store_answers(*handle)) {
         kill_all();
         return {End::kStoreLost};
       }
       // A worker died or failed: report it at once, then take the node out.
       const auto report = encode_exit_report({ids[i], *status, n.incarnation});
       try {
-        store_of().set(keys::node_exit(n.node, n.incarnation),
-                       std::vector<uint8_t>(report.begin(), report.end()));
-        store_of().add(keys::exits(), 1);
+        handle->set(keys::node_exit(n.node, n.incarnation),
+                    std::vector<uint8_t>(report.begin(), report.end()));
+        handle->add(keys::exits(), 1);
       } catch (const std::exception&) {
       }
       kill_all();
@@ -472,14 +470,8 @@ int remote_agent(AgentArgs args) {
         locate_leader_store(*control, 0, milliseconds(static_cast<int64_t>(args.wait_s * 1000)));
     args.store_host = leader.host;
     args.store_port = leader.port;
-    const milliseconds leaderless(static_cast<int64_t>(args.leaderless_timeout_s * 1000));
     follower = std::make_unique<LeaderFollower>(
-        leader,
-        [control, leaderless](int64_t after) {
-          return locate_leader_store(*control, after, leaderless);
-        },
-        [control](int64_t after) { return find_leader_store(*control, after); });
-    follower->watch(milliseconds(250));
+        control, leader, milliseconds(static_cast<int64_t>(args.leaderless_timeout_s * 1000)));
   }
   Node n;
   n.remote = true;

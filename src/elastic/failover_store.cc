@@ -56,6 +56,12 @@ StoreAt locate_leader_store(ControlStore& control, int64_t after,
       timeout.count() / 1000.0, after, control.describe()));
 }
 
+LeaderFollower::LeaderFollower(std::shared_ptr<ControlStore> control, StoreAt first,
+                               std::chrono::milliseconds leaderless)
+    : control_(std::move(control)), leaderless_(leaderless), latest_(std::move(first)) {
+  watcher_ = std::thread([this] { watch(); });
+}
+
 StoreAt LeaderFollower::current() {
   std::lock_guard lk(mu_);
   return latest_;
@@ -63,7 +69,7 @@ StoreAt LeaderFollower::current() {
 
 StoreAt LeaderFollower::after(int64_t epoch) {
   std::lock_guard lk(mu_);
-  if (latest_.epoch <= epoch) latest_ = locate_(epoch);
+  if (latest_.epoch <= epoch) latest_ = locate_leader_store(*control_, epoch, leaderless_);
   return latest_;
 }
 
@@ -72,33 +78,32 @@ LeaderFollower::~LeaderFollower() {
   if (watcher_.joinable()) watcher_.join();
 }
 
-void LeaderFollower::watch(std::chrono::milliseconds period) {
-  watcher_ = std::thread([this, period] {
-    while (!stop_) {
-      for (auto t = std::chrono::milliseconds(0); t < period && !stop_;
-           t += std::chrono::milliseconds(10)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      StoreAt old;
-      {
-        std::lock_guard lk(mu_);
-        old = latest_;
-      }
-      auto found = find_(old.epoch);
-      if (!found) continue;
-      {
-        std::lock_guard lk(mu_);
-        if (found->epoch > latest_.epoch) latest_ = *found;
-      }
-      const int cut = cut_connections_to(old.host, old.port);
-      if (cut > 0) {
-        runtime::log(runtime::LogLevel::kInfo,
-                     "a coordinator took the run over (epoch {}): cut {} connection(s) to the "
-                     "old store at {}:{}",
-                     found->epoch, cut, old.host, old.port);
-      }
+void LeaderFollower::watch() {
+  using std::chrono::milliseconds;
+  constexpr milliseconds kPeriod(250);
+  while (!stop_) {
+    for (milliseconds t(0); t < kPeriod && !stop_; t += milliseconds(10)) {
+      std::this_thread::sleep_for(milliseconds(10));
     }
-  });
+    StoreAt old;
+    {
+      std::lock_guard lk(mu_);
+      old = latest_;
+    }
+    const auto found = find_leader_store(*control_, old.epoch);
+    if (!found) continue;
+    {
+      std::lock_guard lk(mu_);
+      if (found->epoch > latest_.epoch) latest_ = *found;
+    }
+    const int cut = cut_connections_to(old.host, old.port);
+    if (cut > 0) {
+      runtime::log(runtime::LogLevel::kInfo,
+                   "a coordinator took the run over (epoch {}): cut {} connection(s) to the old "
+                   "store at {}:{}",
+                   found->epoch, cut, old.host, old.port);
+    }
+  }
 }
 
 int cut_connections_to(const std::string& host, int port) {
@@ -164,7 +169,7 @@ int cut_connections_to(const std::string& host, int port) {
 std::optional<StoreAt> LeaderFollower::newer(int64_t epoch) {
   std::lock_guard lk(mu_);
   if (latest_.epoch <= epoch) {
-    auto found = find_(epoch);
+    auto found = find_leader_store(*control_, epoch);
     if (!found) return std::nullopt;
     latest_ = *found;
   }

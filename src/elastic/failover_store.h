@@ -53,31 +53,30 @@ std::optional<StoreAt> find_leader_store(ControlStore& control, int64_t after);
 // leader serves them all.
 //
 // A TCPStore call to a coordinator that is paused (or cut off without a reset) blocks in the
-// kernel with no timeout of its own. So a watch thread looks for a newer leader every
-// `watch_period` and, when one has published its store, shuts down this process's connections
-// to the deposed leader's store (sockets whose peer is its address): their calls fail at once, as
-// if that store had gone, and follow the leadership.
+// kernel with no timeout of its own. So a thread looks for a newer leader every 250 ms and, when
+// one has published its store, shuts down this process's connections to the deposed leader's
+// store (sockets whose peer is its address): their calls fail at once, as if that store had gone,
+// and follow the leadership. The thread starts with the follower and stops with it.
 class LeaderFollower {
  public:
-  // `first`: the store of the leader now; `locate(after)`: the next leader's (blocks, or throws).
-  // `find(after)`: one look for it (nullopt: none yet).
-  LeaderFollower(StoreAt first, std::function<StoreAt(int64_t after)> locate,
-                 std::function<std::optional<StoreAt>(int64_t after)> find)
-      : latest_(std::move(first)), locate_(std::move(locate)), find_(std::move(find)) {}
+  // `first`: the store of the leader now, in `control`; a next leader is waited for up to
+  // `leaderless` (then CommError).
+  LeaderFollower(std::shared_ptr<ControlStore> control, StoreAt first,
+                 std::chrono::milliseconds leaderless);
   StoreAt current();
   // The store of a leader after epoch `after`: the one known already, else waits for it.
   StoreAt after(int64_t epoch);
   // The same without waiting: nullopt when there is none now.
   std::optional<StoreAt> newer(int64_t epoch);
-  // Starts the watch thread (see above); stopped by the destructor.
-  void watch(std::chrono::milliseconds period);
   ~LeaderFollower();
 
  private:
+  void watch();
+
+  std::shared_ptr<ControlStore> control_;
+  std::chrono::milliseconds leaderless_;
   std::mutex mu_;
   StoreAt latest_;
-  std::function<StoreAt(int64_t)> locate_;
-  std::function<std::optional<StoreAt>(int64_t)> find_;
   std::atomic<bool> stop_{false};
   std::thread watcher_;
 };

@@ -601,14 +601,9 @@ int run_worker_process(const WorkerArgs& args) {
     const auto url = parse_control_url(args.control);
     std::shared_ptr<ControlStore> control =
         EtcdControlStore::connect(url, args.run_id, deadline_in(std::chrono::seconds(10)));
-    const milliseconds leaderless(static_cast<int64_t>(args.leaderless_timeout_s * 1000));
     g_follower = std::make_shared<LeaderFollower>(
-        StoreAt{args.store_host, args.store_port, args.leader_epoch},
-        [control, leaderless](int64_t after) {
-          return locate_leader_store(*control, after, leaderless);
-        },
-        [control](int64_t after) { return find_leader_store(*control, after); });
-    g_follower->watch(milliseconds(250));
+        std::move(control), StoreAt{args.store_host, args.store_port, args.leader_epoch},
+        milliseconds(static_cast<int64_t>(args.leaderless_timeout_s * 1000)));
   }
   try {
     cx.store = connect(args.store_host, args.store_port,
