@@ -4,7 +4,7 @@
 //   embedded put        EmbeddedControlStore::put over a TCPStore this process hosts (today's
 //                       decision write: one set on the store)
 //   embedded fenced     the same decision as a fenced transaction (the leader key compared first)
-//   etcd put            a plain put on a 3-member etcd on loopback (tests/elastic/etcd_cluster.h)
+//   etcd put            a plain put on a 3-member etcd on loopback (elastic/local_etcd.h)
 //   etcd fenced         the decision write of a leader: a transaction comparing the leader key's
 //                       create revision with the leader's epoch around the put (what every durable
 //                       write of a coordinator would cost)
@@ -23,7 +23,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
-#include "../../tests/elastic/etcd_cluster.h"
+#include "elastic/local_etcd.h"
 #include "elastic/control_store_embedded.h"
 #include "elastic/control_store_etcd.h"
 #include "elastic/store_host.h"
@@ -79,11 +79,11 @@ int main(int argc, char** argv) {
     }));
   }
 
-  if (!bw::elastic::etcd_test::find_etcd()) {
+  if (!bw::elastic::find_etcd()) {
     fmt::print("etcd is not installed (apt-get install etcd-server): etcd rows left out\n");
   } else {
     const auto tmp = std::filesystem::temp_directory_path().string();
-    bw::elastic::etcd_test::EtcdCluster cluster(3, tmp);
+    bw::elastic::LocalEtcd cluster(3, tmp);
     auto etcd = bw::elastic::EtcdControlStore::connect(
         bw::elastic::parse_control_url(cluster.url()), "bench", deadline_in(10s));
     const auto lease = etcd->grant_lease(10, deadline_in(5s));

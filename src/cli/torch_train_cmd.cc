@@ -21,6 +21,7 @@
 #include "elastic/launch.h"
 #include "elastic/net.h"
 #include "elastic/slurm.h"
+#include "elastic/standby_launch.h"
 #include "elastic/token.h"
 #include "model/gpt.h"
 #include "runtime/config.h"
@@ -165,6 +166,13 @@ void print_event(const elastic::Event& e, bool tty) {
                "{}event: rebalanced in {:.0f} ms; plan {} -> {} (generation {}, resuming "
                "at step {})\n",
                lead, e.recovery_ms, e.old_plan, e.new_plan, e.generation, e.step);
+  } else if (e.kind == "recovered" && e.cause == "coordinator") {
+    fmt::print(stderr,
+               "{}event: took the run over from its coordinator in {:.0f} ms (campaign {:.0f} ms, "
+               "reconcile {:.0f} ms, regroup {:.0f} ms, replay {:.0f} ms; generation {}, resuming "
+               "at step {})\n",
+               lead, e.recovery_ms, e.campaign_ms, e.reconcile_ms, e.regroup_ms, e.replay_ms,
+               e.generation, e.step);
   } else if (e.kind == "recovered") {
     fmt::print(stderr,
                "{}event: recovered from {} of node(s) {} in {:.0f} ms; plan {} -> {} (generation "
@@ -201,7 +209,11 @@ void print_events(const std::vector<elastic::Event>& events) {
 void print_summary(const elastic::RunSummary& s) {
   fmt::print("\n{:<28} {}\n", "steps",
              fmt::format("{} (from step {})", s.steps_done, s.first_step));
-  fmt::print("{:<28} {:.4f} -> {:.4f}\n", "loss (first -> final)", s.first_loss, s.final_loss);
+  fmt::print("{:<28} {:.4f} -> {:.4f}\n",
+             s.first_loss_step.value_or(s.first_step) == s.first_step
+                 ? std::string("loss (first -> final)")
+                 : fmt::format("loss (step {} -> final)", *s.first_loss_step + 1),
+             s.first_loss, s.final_loss);
   if (s.final_val_loss) {
     fmt::print("{:<28} {:.4f} (after step {})\n", "validation loss", *s.final_val_loss,
                s.final_val_step);
@@ -261,7 +273,11 @@ void add_train(CLI::App& app) {
       "  --pipeline.schedule=1f1b --pipeline.pipelines=[1,3] --train.steps=20 "
       "--model.name=tiny\n"
       "Sections: model, data, cluster, pipeline, elastic, train; every key, its type and default\n"
-      "are in examples/train.toml and docs/config.md. Unknown keys are errors.");
+      "are in examples/train.toml and docs/config.md. Unknown keys are errors.\n"
+      "A coordinator that can be replaced: --elastic.control=etcd --elastic.standbys=1 starts a\n"
+      "local 3-member etcd and a standby that takes the run over when the active coordinator\n"
+      "goes (try --elastic.inject=kill_coordinator:step=30, or kill -9 its pid; "
+      "docs/elastic.md).");
   cmd->callback([cmd, args] {
     if (!args->log_level.empty()) runtime::set_log_level(runtime::parse_log_level(args->log_level));
     const auto overrides = runtime::overrides_from_args(cmd->remaining());
@@ -273,6 +289,23 @@ void add_train(CLI::App& app) {
                       args->devices));
     }
     if (args->devices > 0) runtime::validate_devices(config, args->devices);
+    if (config.elastic.control != "embedded") {
+      // The coordinator replaceable: etcd, the coordinators and the agents as separate processes.
+      if (args->devices > 0) {
+        throw ConfigError(fmt::format(
+            "--devices with elastic.control = \"{}\": a run led through etcd runs its nodes' "
+            "agents as separate processes; drop --devices and set cluster.nodes and "
+            "cluster.devices_per_node",
+            config.elastic.control));
+      }
+      elastic::StandbyLaunch launch;
+      if (!args->log_level.empty()) launch.coordinator = {"--log-level", args->log_level};
+      if (args->quiet) launch.coordinator.push_back("--quiet");
+      launch.quiet = args->quiet;
+      const int status = elastic::run_with_standbys(config, launch);
+      if (status != 0) throw ExitCode{status};
+      return;
+    }
     elastic::CoordinatorOptions options;
     options.devices = args->devices;
     const bool tty = isatty(fileno(stderr));
@@ -293,7 +326,7 @@ void add_train(CLI::App& app) {
 }
 
 struct CoordinatorArgs {
-  std::string config_path, listen, log_level, control = "embedded", run_id;
+  std::string config_path, listen, log_level, control, run_id;
   int expect_nodes = 0;
   double wait_s = 300;
   int64_t lease_ttl_s = 5;
@@ -301,6 +334,7 @@ struct CoordinatorArgs {
   std::vector<std::string> expect_names;
   bool quiet = false;
   bool standby = false;
+  bool no_agent_hint = false;
 };
 
 void add_coordinator(CLI::App& app) {
@@ -320,8 +354,8 @@ void add_coordinator(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--control", args->control,
                   "where the run's leadership and every step's decision are kept: embedded "
-                  "(default: this process's store) or etcd://HOST:PORT[,HOST:PORT...], fenced "
-                  "writes in etcd 3.4+ (docs/elastic.md)");
+                  "(this process's store) or etcd://HOST:PORT[,HOST:PORT...], fenced writes in "
+                  "etcd 3.4+ (default: elastic.control; docs/elastic.md)");
   cmd->add_option("--run-id", args->run_id,
                   "the run's name in etcd (its keys under bw/NAME/); required with --control "
                   "etcd://");
@@ -334,6 +368,8 @@ void add_coordinator(CLI::App& app) {
                 "coordinator goes; its agents then need --control and --run-id (docs/elastic.md)");
   cmd->add_option("--log-level", args->log_level, "error | warn | info | debug");
   cmd->add_flag("--quiet", args->quiet, "no config, progress bar or sample");
+  // Started by `breakwater train` (standby_launch.h), which starts the agents itself.
+  cmd->add_flag("--no-agent-hint", args->no_agent_hint)->group("");
   cmd->allow_extras();
   cmd->footer(
       "\nOn every other host: BW_RUN_TOKEN=<the run token> breakwater agent --coordinator "
@@ -356,6 +392,13 @@ void add_coordinator(CLI::App& app) {
     if (args->expect_nodes > 0) config.cluster.nodes = args->expect_nodes;
     if (!(args->wait_s > 0)) throw ConfigError("--wait-s must be > 0");
     require_distinct(args->expect_names, "--expect-names");
+    if (cmd->count("--control") == 0) args->control = config.elastic.control;
+    if (args->control == "etcd") {
+      throw ConfigError(
+          "elastic.control = \"etcd\" starts an etcd on this machine and is for `breakwater "
+          "train`; give the coordinator the run's etcd: --control etcd://HOST:PORT[,...]");
+    }
+    config.elastic.control = args->control;  // the run's identity: the same on every coordinator
     const auto control = elastic::parse_control_url(args->control);
     if (control.kind == elastic::ControlUrl::Kind::kEtcd) {
       if (args->run_id.empty()) {
@@ -369,6 +412,10 @@ void add_coordinator(CLI::App& app) {
       }
       if (!(args->leaderless_timeout_s > 0))
         throw ConfigError("--leaderless-timeout-s must be > 0");
+    } else if (config.elastic.standbys > 0) {
+      throw ConfigError(
+          "elastic.standbys is for `breakwater train`; a multi-host run's standbys are started "
+          "by hand: breakwater coordinator --control etcd://... --run-id NAME --standby");
     } else if (cmd->count("--run-id") + cmd->count("--lease-ttl-s") +
                    cmd->count("--leaderless-timeout-s") + cmd->count("--standby") >
                0) {
@@ -385,7 +432,8 @@ void add_coordinator(CLI::App& app) {
     options.listen = args->listen;
     options.wait_s = args->wait_s;
     options.expected_names = args->expect_names;
-    options.on_listen = [&config](const std::string& host, int port) {
+    options.on_listen = [&config, hint = !args->no_agent_hint](const std::string& host, int port) {
+      if (!hint) return;
       fmt::print(stderr,
                  "coordinator listening on {}:{}; waiting for {} agent(s): on each host run\n"
                  "  BW_RUN_TOKEN=<the run token> breakwater agent --coordinator {}:{}\n",
@@ -394,14 +442,18 @@ void add_coordinator(CLI::App& app) {
     };
     const bool tty = isatty(fileno(stderr));
     if (!args->quiet) {
-      options.on_plan = plan_printer(config);
+      // A standby shows nothing until it takes the run over (its first plan is generation g+1).
+      options.on_plan = [print = plan_printer(config), standby = args->standby](
+                            const runtime::RunLayout& layout, const std::vector<std::string>& notes) {
+        if (!standby || layout.generation > 0) print(layout, notes);
+      };
       options.on_step = [tty, &config](const elastic::StepSummary& s) {
         print_progress(s, tty, config.train.log_every);
       };
       options.on_event = [tty](const elastic::Event& e) { print_event(e, tty); };
     }
     const auto summary = elastic::run_training(config, options);
-    if (!args->quiet) print_summary(summary);
+    if (!args->quiet && !summary.idle) print_summary(summary);
   });
 }
 
@@ -456,6 +508,14 @@ void add_launch(CLI::App& app) {
     std::stringstream text;
     text << in.rdbuf();
     const auto hosts = elastic::parse_hostfile(text.str(), args->hostfile);
+    if (config.elastic.control != "embedded") {
+      throw ConfigError(fmt::format(
+          "elastic.control = \"{}\": `breakwater launch` runs its coordinator with the embedded "
+          "store; for a run led through etcd start `breakwater coordinator --control "
+          "etcd://... --run-id NAME` (and `--standby` ones) and the agents yourself "
+          "(docs/multihost.md)",
+          config.elastic.control));
+    }
     config.cluster.nodes = static_cast<int>(hosts.size());
     config.cluster.devices_per_node = hosts.front().slots;
     runtime::validate(config);

@@ -606,7 +606,11 @@ class RunReport {
     check_tied_copies(s);
     record_memory(s);
     if (s.skipped) summary.skipped_steps.push_back(s.step);
-    if (s.step == first_step) summary.first_loss = s.loss;
+    // A coordinator that took the run over sees its steps from the one after the takeover.
+    if (!summary.first_loss_step) {
+      summary.first_loss = s.loss;
+      summary.first_loss_step = s.step;
+    }
     if (!s.skipped) summary.final_loss = s.loss;
     if (s.val_loss) {
       summary.final_val_loss = s.val_loss;
@@ -1056,7 +1060,16 @@ void collect_traces(c10d::Store& store, RunReport& report) {
 // older than 3.4) and takes the lead of the run id (leadership.h).
 std::unique_ptr<Leadership> lead_run(RunSetup& setup, const CoordinatorOptions& options) {
   const ControlUrl url = parse_control_url(options.control);
-  if (url.kind != ControlUrl::Kind::kEtcd) return nullptr;
+  if (url.kind != ControlUrl::Kind::kEtcd) {
+    for (const auto& f : setup.faults) {
+      if (f.action != "kill_coordinator") continue;
+      throw ConfigError(
+          "elastic.inject kill_coordinator kills the coordinator, and with the embedded control "
+          "store the run dies with it; set elastic.control = \"etcd\" and elastic.standbys = 1 "
+          "(or run `breakwater coordinator --control etcd://...` with a standby)");
+    }
+    return nullptr;
+  }
   check_run_id(options.run_id);
   const auto by = deadline_in(std::chrono::milliseconds(10000));  // connect and take the lead
   std::shared_ptr<ControlStore> store = EtcdControlStore::connect(url, options.run_id, by);
@@ -1301,10 +1314,29 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     // process right after its n-th decision is durable in etcd, before any worker can read it.
     int kill_after = -1;
     if (const char* v = std::getenv("BW_KILL_AFTER_DECISION")) kill_after = std::atoi(v);
-    sup.on_decide = [lead, kill_after, decided = 0](const std::string& key,
-                                                    const std::string& text) mutable {
+    // elastic.inject's kill_coordinator:step=S: this process dies right after the commit of step
+    // S is durable, once per run (a fenced create of the fault's key, holding the time of death).
+    std::map<int, int> kill_at;  // step -> index of the spec
+    for (size_t i = 0; i < setup.faults.size(); ++i) {
+      if (setup.faults[i].action == "kill_coordinator") {
+        kill_at.emplace(setup.faults[i].step, static_cast<int>(i));
+      }
+    }
+    sup.on_decide = [lead, kill_after, kill_at, decided = 0](const std::string& key,
+                                                             const std::string& text) mutable {
       auto stands = lead->decide(key, text);
       if (++decided == kill_after) ::raise(SIGKILL);
+      const auto spec = kill_at.find(std::stoi(key.substr(key.rfind('/') + 1)));
+      const auto d = decode_decision(stands, key);
+      if (spec != kill_at.end() && (d == Decision::kCommit || d == Decision::kLast)) {
+        const auto at = fmt::format("{:.3f}", wall_ms());
+        if (lead->decide(keys::coordinator_fault(spec->second), at) == at) {
+          runtime::log(runtime::LogLevel::kWarn,
+                       "elastic.inject: killing this coordinator after the commit of step {}",
+                       spec->first);
+          ::raise(SIGKILL);
+        }
+      }
       return stands;
     };
     // Each generation's state, durable before any worker sees it: what a takeover adopts.
@@ -1333,6 +1365,14 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     if (adopted) {
       Adoption a = adoption(*adopted, state_revision, ctx, *lead, back);
       a.fail_ms = setup.predecessor_alive_ms;
+      // A predecessor killed by elastic.inject wrote when it died: measured from there.
+      double killed_ms = 0;
+      for (size_t i = 0; i < setup.faults.size(); ++i) {
+        if (setup.faults[i].action != "kill_coordinator") continue;
+        const auto at = lead->get(keys::coordinator_fault(static_cast<int>(i)));
+        if (at && std::stod(*at) <= led_ms) killed_ms = std::max(killed_ms, std::stod(*at));
+      }
+      if (killed_ms > 0) a.fail_ms = killed_ms;
       a.led_ms = led_ms;
       a.reconciled_ms = clock.now_ms();
       sup.adopt(a);
@@ -1470,7 +1510,10 @@ RunSummary run_training(const runtime::RunConfig& given, const CoordinatorOption
     }
   }
   report.finish();
-  if (setup.idle) return report.summary;  // a standby with nothing to take over
+  if (setup.idle) {  // a standby with nothing to take over
+    report.summary.idle = true;
+    return report.summary;
+  }
   write_sample(setup, report.summary);
   report.summary.total_s = std::chrono::duration<double>(SteadyClock::now() - t_start).count();
   return report.summary;

@@ -71,6 +71,8 @@ struct RunSummary {
   int first_step = 0;
   int steps_done = 0;
   double first_loss = 0.0;
+  std::optional<int> first_loss_step;  // the step of first_loss: first_step, or a later one when
+                                       // this coordinator took the run over
   double final_loss = 0.0;
   std::optional<double> final_val_loss;  // the last validation loss of the run, if any
   int final_val_step = 0;                // steps done when it was measured
@@ -95,6 +97,7 @@ struct RunSummary {
   std::vector<int> skipped_steps;    // non-finite steps skipped by this run (train.nonfinite)
   std::vector<SlowRank> slow_ranks;  // one entry per (generation, rank) flagged
   int generations = 1;
+  bool idle = false;  // a standby that found the run over: it ran nothing
 };
 
 struct CoordinatorOptions {

@@ -20,7 +20,7 @@
 namespace bw::elastic {
 namespace {
 
-const std::set<std::string> kActions = {"kill", "hang", "agent", "nan", "slow"};
+const std::set<std::string> kActions = {"kill", "hang", "agent", "nan", "slow", "kill_coordinator"};
 const std::set<std::string> kPhases = {"agent_startup", "startup",     "forward",
                                        "backward",      "p2p",         "grad_sync",
                                        "commit",        "optimizer",   "reconfigure",
@@ -57,8 +57,8 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
   std::stringstream list(text);
   std::string entry;
   const std::string form =
-      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang, agent or nan, or "
-      "slow:node=N:factor=F[:step=S][:device=D]";
+      "ACTION:node=N:step=S[:phase=P][:device=D] with ACTION kill, hang, agent or nan, "
+      "slow:node=N:factor=F[:step=S][:device=D], or kill_coordinator:step=S";
   while (std::getline(list, entry, ',')) {
     if (entry.empty()) continue;
     std::stringstream parts(entry);
@@ -110,6 +110,21 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         throw ConfigError(
             fmt::format("elastic.inject entry '{}': unknown field '{}'; use {}", entry, key, form));
       }
+    }
+    if (f.action == "kill_coordinator") {
+      // The leading coordinator itself, not a node's worker.
+      if (has_node || has_phase || has_factor || entry.find("device=") != std::string::npos ||
+          !has_step) {
+        throw ConfigError(fmt::format(
+            "elastic.inject entry '{}': kill_coordinator takes step= only (the leading "
+            "coordinator is killed once that step's commit is durable); use "
+            "kill_coordinator:step=S",
+            entry));
+      }
+      f.node = -1;
+      f.phase = "commit";
+      out.push_back(f);
+      continue;
     }
     if (f.action == "slow") {
       if (!has_node || !has_factor || has_phase) {

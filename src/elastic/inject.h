@@ -7,7 +7,10 @@
 // recoveries too). Actions: `kill` (SIGKILL of the node's
 // worker), `hang` (SIGSTOP of it), `agent` (SIGKILL of the node's agent, whose workers die with
 // it), `nan` (one gradient entry of the worker set to NaN before the gradient sync, so the step's
-// gradient norm is not finite; phase grad_sync only). Phases: agent_startup (the node's agent
+// gradient norm is not finite; phase grad_sync only), `kill_coordinator:step=S` (SIGKILL of the
+// leading coordinator right after the commit of step S is durable in the control store, before
+// any worker can read it; for runs whose control store is etcd, with a standby to take over;
+// fired by the coordinator, once per run, through a fenced key). Phases: agent_startup (the node's agent
 // itself is killed or stopped before its first heartbeat, before it starts its workers; kill and
 // hang only, `step` and `device` ignored; fired by the agent through its own Injector with
 // device 0), startup (before the worker's first
@@ -41,8 +44,8 @@ class Layer;
 namespace bw::elastic {
 
 struct FaultSpec {
-  std::string action;  // kill | hang | agent | nan | slow
-  int node = 0;
+  std::string action;  // kill | hang | agent | nan | slow | kill_coordinator
+  int node = 0;        // -1: kill_coordinator (no node's)
   double factor = 1.0;  // slow only
   int device = 0;
   int step = 0;

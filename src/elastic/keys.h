@@ -22,6 +22,9 @@ inline std::string instance() { return "instance"; }
 inline std::string leader_store() { return "store"; }
 // The generation the leader published last (messages.h RunState), before any worker sees it.
 inline std::string run_state() { return "state"; }
+// elastic.inject's kill_coordinator entry `index` fired: the wall-clock ms of the kill, written
+// (fenced, once) by the coordinator just before it kills itself; its successor measures from it.
+inline std::string coordinator_fault(int index) { return fmt::format("fault/{}", index); }
 // A checkpoint the leader commits, before its manifest is written: {"steps_done", "dir"}.
 inline std::string checkpoint_commit(int steps_done) {
   return fmt::format("ckpt/commit/{}", steps_done);

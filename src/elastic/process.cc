@@ -1,5 +1,6 @@
 #include "elastic/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,7 +28,8 @@ int decode(int status) {
 
 }  // namespace
 
-ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::string>& args) {
+ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::string>& args,
+                                 const std::string& output) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -39,6 +41,12 @@ ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl
+    if (!output.empty()) {
+      const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) _exit(127);
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
     execv(exe.c_str(), argv.data());
     _exit(127);
   }

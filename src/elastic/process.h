@@ -18,7 +18,10 @@ namespace bw::elastic {
 class ChildProcess {
  public:
   // Starts `exe` with `args` (args[0] is the program name); InternalError if fork/exec fails.
-  static ChildProcess spawn(const std::string& exe, const std::vector<std::string>& args);
+  // With `output`, its standard output and error go to that file (created or truncated);
+  // without, it shares this process's.
+  static ChildProcess spawn(const std::string& exe, const std::vector<std::string>& args,
+                            const std::string& output = "");
 
   ChildProcess() = default;
   pid_t pid() const { return pid_; }

@@ -167,7 +167,12 @@ std::vector<Section> build_schema() {
              "(over the last slow_window steps) at a step boundary"),
         make("rebalance_gain", &R::elastic, &ElasticConfig::rebalance_gain,
              "with rebalance: the least predicted gain (0.1: the slowest pipeline 10% faster) "
-             "for which the split changes")}},
+             "for which the split changes"),
+        make("control", &R::elastic, &ElasticConfig::control,
+             "where leadership and decisions are kept: \"embedded\", \"etcd\" (a local "
+             "3-member etcd) or \"etcd://HOST:PORT[,...]\" (docs/elastic.md)"),
+        make("standbys", &R::elastic, &ElasticConfig::standbys,
+             "with etcd: standby coordinators that take the run over when the active one goes")}},
       {"train",
        {make("steps", &R::train, &TrainConfig::steps, "optimizer steps"),
         make("lr", &R::train, &TrainConfig::lr, "peak learning rate"),

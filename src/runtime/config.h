@@ -77,6 +77,12 @@ struct ElasticConfig {
   // (elastic/rebalance.h).
   bool rebalance = false;
   double rebalance_gain = 0.1;
+  // Where the run's leadership and each step's decision are kept (docs/elastic.md): "embedded"
+  // (the coordinator's own store; it is the run's single point of failure), "etcd" (`train`
+  // starts a 3-member etcd on loopback), or "etcd://HOST:PORT[,...]" (an etcd of your own).
+  std::string control = "embedded";
+  // With etcd: coordinators standing by to take the run over when the active one goes.
+  int standbys = 0;
   bool operator==(const ElasticConfig&) const = default;
 };
 
@@ -168,6 +174,7 @@ std::vector<std::string> overrides_from_args(const std::vector<std::string>& arg
 inline constexpr int64_t kMaxWorldSize = 1024;  // worker processes of one run
 inline constexpr int64_t kMaxDevicesPerNode = 64;
 inline constexpr int64_t kMaxWaves = 64;                // pipeline.waves
+inline constexpr int kMaxStandbys = 8;                   // elastic.standbys
 inline constexpr int64_t kMaxChunksPerDevice = 64;      // pipeline.chunks_per_device
 inline constexpr int64_t kMaxMicrobatches = 1 << 16;    // pipeline.microbatches
 inline constexpr int64_t kMaxMicrobatchSize = 1 << 16;  // pipeline.microbatch_size

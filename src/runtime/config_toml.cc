@@ -236,6 +236,18 @@ void validate(const RunConfig& c) {
               c.elastic.rebalance_gain <= 10,
           "elastic.rebalance_gain", "in (0, 10] (0.1: the slowest pipeline 10% faster)",
           fmt::format("{}", c.elastic.rebalance_gain));
+  require(c.elastic.control == "embedded" || c.elastic.control == "etcd" ||
+              c.elastic.control.rfind("etcd://", 0) == 0,
+          "elastic.control", "\"embedded\", \"etcd\" or \"etcd://HOST:PORT[,HOST:PORT...]\"",
+          fmt::format("\"{}\"", c.elastic.control));
+  require(c.elastic.standbys >= 0 && c.elastic.standbys <= kMaxStandbys, "elastic.standbys",
+          fmt::format("in [0, {}]", kMaxStandbys), std::to_string(c.elastic.standbys));
+  if (c.elastic.standbys > 0 && c.elastic.control == "embedded") {
+    throw ConfigError(fmt::format(
+        "elastic.standbys = {} needs a control store that outlives the coordinator: set "
+        "elastic.control = \"etcd\" (a local etcd) or \"etcd://HOST:PORT\"",
+        c.elastic.standbys));
+  }
 
   const TrainConfig& t = c.train;
   at_least(t.steps, 0, "train.steps");

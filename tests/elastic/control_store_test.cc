@@ -5,6 +5,7 @@
 // transactions); the one documented difference, leases that never expire in the embedded store,
 // is asserted as such. Then etcd's own cases (members killed, bad endpoints, an old version),
 // the --control URL parser and the gateway's JSON on replies etcd 3.4 sends.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -558,11 +558,12 @@ std::string logs(const Takeover& t) {
          t.agent_log;
 }
 
-// Step -> samples digest over the metrics of both coordinators; a step in both must agree.
-std::map<int, std::string> samples_by_step(const Takeover& t) {
+// Step -> samples digest over the metrics of several coordinators' out_dirs; a step in more than
+// one must agree.
+std::map<int, std::string> samples_by_step(const std::vector<std::string>& out_dirs) {
   std::map<int, std::string> out;
-  for (const char* who : {"active", "standby"}) {
-    std::ifstream in(fs::path(t.base) / who / "metrics.jsonl");
+  for (const auto& who : out_dirs) {
+    std::ifstream in(fs::path(who) / "metrics.jsonl");
     std::string line;
     while (std::getline(in, line)) {
       const auto doc = nlohmann::json::parse(line, nullptr, false);
@@ -576,16 +577,25 @@ std::map<int, std::string> samples_by_step(const Takeover& t) {
   return out;
 }
 
-// The "recovered" events the standby recorded.
-std::vector<nlohmann::json> recovered_events(const Takeover& t) {
+std::map<int, std::string> samples_by_step(const Takeover& t) {
+  return samples_by_step({t.base + "/active", t.base + "/standby"});
+}
+
+// The "recovered" events a coordinator recorded in its out_dir.
+std::vector<nlohmann::json> recovered_events(const std::string& out_dir) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(fs::path(t.base) / "standby" / "metrics.jsonl");
+  std::ifstream in(fs::path(out_dir) / "metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     const auto doc = nlohmann::json::parse(line, nullptr, false);
     if (doc.is_object() && doc.value("event", "") == "recovered") out.push_back(doc);
   }
   return out;
+}
+
+// The "recovered" events the standby recorded.
+std::vector<nlohmann::json> recovered_events(const Takeover& t) {
+  return recovered_events(t.base + "/standby");
 }
 
 // The run ended where the failure-free run ends, bitwise, every step it recorded on the samples
@@ -743,6 +753,50 @@ TEST(Takeover, KilledWithTheSurvivorsReportsInItsStoreTheyAreSentAgain) {
   // It dies re-planning, before generation 1 is durable: the survivor's report of what it holds
   // is in its store only, and the standby's quiesce needs it again.
   taken_over_in_a_recovery("resent", "BW_KILL_AT_STATE=2:before");
+}
+
+// The README's demo, `breakwater train --elastic.control=etcd --elastic.standbys=1`
+// (standby_launch.h): its own 3-member etcd, an active coordinator, a standby and the agents, as
+// separate processes. The active one is killed by elastic.inject right after the commit of step
+// 3 is durable; the run ends bitwise where the failure-free run ends, each step recorded on that
+// run's samples, with one `recovered` event of cause coordinator, and nothing of etcd left.
+TEST(Takeover, TrainWithAStandbyWhoseCoordinatorIsKilledEndsWhereTheFailureFreeRunEnds) {
+  BW_REQUIRE_ETCD();
+  const std::string out = (fs::path(dir()) / "train-standby").string();
+  std::vector<std::string> args = {"train"};
+  for (const auto& a : bw::testing::tiny_train_args(
+           corpus(), out, kSteps,
+           {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
+            "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0",
+            "--checkpoint.dir=" + out + "/ckpt", "--elastic.control=etcd",
+            "--elastic.standbys=1", "--elastic.inject=kill_coordinator:step=3"})) {
+    if (a != "--quiet") args.push_back(a);  // what the terminal shows is checked too
+  }
+  const auto got = bw::testing::run_cli(args, out + ".log", kDeadlineS, [](pid_t) {});
+  ASSERT_EQ(got.status, 0) << got.output;
+  bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(out + "/ckpt", kSteps),
+                                    runtime::checkpoint_dir(reference() + "/ckpt", kSteps));
+  const auto want = step_samples(reference());
+  const auto steps = samples_by_step({out + "/coordinator-0", out + "/coordinator-1"});
+  EXPECT_GE(steps.size() + 1, want.size());  // step 3's line may be in neither file
+  for (const auto& [step, digest] : steps) {
+    ASSERT_LT(step, static_cast<int>(want.size()));
+    EXPECT_EQ(digest, want[step]) << "step " << step;
+  }
+  EXPECT_TRUE(steps.count(kSteps - 1)) << got.output;
+  EXPECT_TRUE(recovered_events(out + "/coordinator-0").empty());
+  const auto events = recovered_events(out + "/coordinator-1");
+  ASSERT_EQ(events.size(), 1u) << got.output;
+  EXPECT_EQ(events[0]["cause"], "coordinator");
+  EXPECT_EQ(events[0]["step"], 4);  // step 3's commit stood: the standby resumed after it
+  EXPECT_GE(events[0]["campaign_ms"].get<double>(), 0.0);
+  EXPECT_NE(got.output.find("took the run over from its coordinator"), std::string::npos)
+      << got.output;
+  // Its etcd's data folder, named on the terminal, is gone with the run.
+  const auto at = got.output.find("data in ");
+  ASSERT_NE(at, std::string::npos) << got.output;
+  const auto data = got.output.substr(at + 8, got.output.find(')', at) - at - 8);
+  EXPECT_FALSE(fs::exists(data)) << data;
 }
 
 TEST(Takeover, AStandbyKilledChangesNothing) {
