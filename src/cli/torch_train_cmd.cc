@@ -206,9 +206,7 @@ void print_events(const std::vector<elastic::Event>& events) {
   }
 }
 
-void print_summary(const elastic::RunSummary& s) {
-  fmt::print("\n{:<28} {}\n", "steps",
-             fmt::format("{} (from step {})", s.steps_done, s.first_step));
+void print_rates(const elastic::RunSummary& s) {
   fmt::print("{:<28} {:.4f} -> {:.4f}\n",
              s.first_loss_step.value_or(s.first_step) == s.first_step
                  ? std::string("loss (first -> final)")
@@ -227,7 +225,9 @@ void print_summary(const elastic::RunSummary& s) {
              s.flops_per_s / 1e12, s.precision, s.flops_per_token / 1e9);
   fmt::print("{:<28} {:.1f}% of {:.3g} TFLOP/s per device ({})\n", "MFU", 100.0 * s.mfu,
              s.peak_flops_per_device / 1e12, s.peak_source);
-  fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
+}
+
+void print_ranks(const elastic::RunSummary& s) {
   // The planner's estimate is what training needs (state and activations); the peak RSS adds the
   // process's own (LibTorch, buffers, allocator slack).
   fmt::print("{:<6} {:<10} {:<8} {:>14} {:>15} {:>10}\n", "rank", "pipeline", "device",
@@ -256,6 +256,20 @@ void print_summary(const elastic::RunSummary& s) {
   if (!s.checkpoint.empty()) fmt::print("{:<28} {}\n", "checkpoint", s.checkpoint);
   print_events(s.events);
   if (!s.sample.empty()) fmt::print("\nsample:\n{}\n", s.sample);
+}
+
+void print_summary(const elastic::RunSummary& s) {
+  fmt::print("\n{:<28} {}\n", "steps",
+             fmt::format("{} (from step {})", s.steps_done, s.first_step));
+  if (!s.first_loss_step && s.steps_done > 0) {
+    // A coordinator that took the run over after its last step was committed: it only ended it.
+    fmt::print("{:<28} every step was committed before this coordinator took the run over\n",
+               "loss");
+  } else {
+    print_rates(s);
+  }
+  fmt::print("{:<28} {}\n", "wall time", duration(s.total_s));
+  print_ranks(s);
 }
 
 void add_train(CLI::App& app) {

@@ -1317,10 +1317,26 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     // elastic.inject's kill_coordinator:step=S: this process dies right after the commit of step
     // S is durable, once per run (a fenced create of the fault's key, holding the time of death).
     std::map<int, int> kill_at;  // step -> index of the spec
+    std::optional<int> kill_at_end;
     for (size_t i = 0; i < setup.faults.size(); ++i) {
-      if (setup.faults[i].action == "kill_coordinator") {
+      if (setup.faults[i].action != "kill_coordinator") continue;
+      if (setup.faults[i].phase == "end") {
+        kill_at_end = static_cast<int>(i);
+      } else {
         kill_at.emplace(setup.faults[i].step, static_cast<int>(i));
       }
+    }
+    // kill_coordinator:phase=end: once every worker reported the end (its final shards durable,
+    // its checksums sent), before the end is published.
+    if (kill_at_end) {
+      sup.on_end = [lead, index = *kill_at_end] {
+        const auto at = fmt::format("{:.3f}", wall_ms());
+        if (lead->decide(keys::coordinator_fault(index), at) == at) {
+          runtime::log(runtime::LogLevel::kWarn,
+                       "elastic.inject: killing this coordinator at the end of the run");
+          ::raise(SIGKILL);
+        }
+      };
     }
     sup.on_decide = [lead, kill_after, kill_at, decided = 0](const std::string& key,
                                                              const std::string& text) mutable {

@@ -97,7 +97,7 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         }
         has_factor = true;
       } else if (key == "phase") {
-        if (kPhases.count(value) == 0) {
+        if (kPhases.count(value) == 0 && !(f.action == "kill_coordinator" && value == "end")) {
           throw ConfigError(fmt::format(
               "elastic.inject entry '{}': unknown phase '{}'; use agent_startup, startup, "
               "forward, backward, p2p, grad_sync, commit, optimizer, reconfigure, "
@@ -112,17 +112,20 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       }
     }
     if (f.action == "kill_coordinator") {
-      // The leading coordinator itself, not a node's worker.
-      if (has_node || has_phase || has_factor || entry.find("device=") != std::string::npos ||
-          !has_step) {
+      // The leading coordinator itself, not a node's worker: after step S's commit is durable,
+      // or at the end of the run (every worker reported the end, before it is published).
+      const bool end = has_phase && f.phase == "end";
+      if (has_node || has_factor || entry.find("device=") != std::string::npos ||
+          (has_phase && f.phase != "commit" && !end) || has_step == end) {
         throw ConfigError(fmt::format(
             "elastic.inject entry '{}': kill_coordinator takes step= only (the leading "
-            "coordinator is killed once that step's commit is durable); use "
-            "kill_coordinator:step=S",
+            "coordinator is killed once that step's commit is durable), or phase=end (once every "
+            "worker reported the end of the run); use kill_coordinator:step=S or "
+            "kill_coordinator:phase=end",
             entry));
       }
       f.node = -1;
-      f.phase = "commit";
+      if (!end) f.phase = "commit";
       out.push_back(f);
       continue;
     }

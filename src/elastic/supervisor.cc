@@ -1017,6 +1017,7 @@ void Supervisor::poll_finish() {
       release_held(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(),
                    doc.value("eval_ms", 0.0));
     }
+    if (on_end) on_end();
     if (pending_) report_recovery(committed_, now);
     set_string(*store_, keys::abort(g_), "1");
     set_string(*store_, keys::next(g_), encode_next({.shutdown = true}));

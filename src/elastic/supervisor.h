@@ -212,6 +212,9 @@ class Supervisor {
   // there (an earlier write's, if any), which the workers then read. Unset: the store is the
   // record.
   std::function<std::string(const std::string& key, const std::string& text)> on_decide;
+  // Every worker reported the end of the run and the final checkpoint is committed; the end is
+  // not published yet (elastic.inject kill_coordinator:phase=end acts here).
+  std::function<void()> on_end;
   // A checkpoint that will not complete (a writer was lost): erase what its writers uploaded.
   std::function<void(const std::string& prefix, int shards)> on_checkpoint_dropped;
 

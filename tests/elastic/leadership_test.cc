@@ -757,46 +757,75 @@ TEST(Takeover, KilledWithTheSurvivorsReportsInItsStoreTheyAreSentAgain) {
 
 // The README's demo, `breakwater train --elastic.control=etcd --elastic.standbys=1`
 // (standby_launch.h): its own 3-member etcd, an active coordinator, a standby and the agents, as
-// separate processes. The active one is killed by elastic.inject right after the commit of step
-// 3 is durable; the run ends bitwise where the failure-free run ends, each step recorded on that
-// run's samples, with one `recovered` event of cause coordinator, and nothing of etcd left.
-TEST(Takeover, TrainWithAStandbyWhoseCoordinatorIsKilledEndsWhereTheFailureFreeRunEnds) {
-  BW_REQUIRE_ETCD();
-  const std::string out = (fs::path(dir()) / "train-standby").string();
+// separate processes. The active one is killed by elastic.inject `kill` (kill_coordinator:...);
+// the run ends bitwise where the failure-free run ends, each step recorded on that run's samples,
+// with one `recovered` event of cause coordinator resuming at step `resume`, and nothing of etcd
+// left. Returns what the terminal showed.
+std::string train_with_a_standby(const std::string& name, const std::string& kill, int resume) {
+  const std::string out = (fs::path(dir()) / name).string();
   std::vector<std::string> args = {"train"};
   for (const auto& a : bw::testing::tiny_train_args(
            corpus(), out, kSteps,
            {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
             "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0",
-            "--checkpoint.dir=" + out + "/ckpt", "--elastic.control=etcd",
-            "--elastic.standbys=1", "--elastic.inject=kill_coordinator:step=3"})) {
+            "--checkpoint.dir=" + out + "/ckpt", "--elastic.control=etcd", "--elastic.standbys=1",
+            "--elastic.inject=kill_coordinator:" + kill})) {
     if (a != "--quiet") args.push_back(a);  // what the terminal shows is checked too
   }
   const auto got = bw::testing::run_cli(args, out + ".log", kDeadlineS, [](pid_t) {});
-  ASSERT_EQ(got.status, 0) << got.output;
+  EXPECT_EQ(got.status, 0) << got.output;
   bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(out + "/ckpt", kSteps),
                                     runtime::checkpoint_dir(reference() + "/ckpt", kSteps));
   const auto want = step_samples(reference());
   const auto steps = samples_by_step({out + "/coordinator-0", out + "/coordinator-1"});
-  EXPECT_GE(steps.size() + 1, want.size());  // step 3's line may be in neither file
+  EXPECT_GE(steps.size() + 1, want.size());  // the killed step's line may be in neither file
   for (const auto& [step, digest] : steps) {
-    ASSERT_LT(step, static_cast<int>(want.size()));
-    EXPECT_EQ(digest, want[step]) << "step " << step;
+    EXPECT_LT(step, static_cast<int>(want.size()));
+    if (step < static_cast<int>(want.size())) EXPECT_EQ(digest, want[step]) << "step " << step;
   }
-  EXPECT_TRUE(steps.count(kSteps - 1)) << got.output;
   EXPECT_TRUE(recovered_events(out + "/coordinator-0").empty());
   const auto events = recovered_events(out + "/coordinator-1");
-  ASSERT_EQ(events.size(), 1u) << got.output;
-  EXPECT_EQ(events[0]["cause"], "coordinator");
-  EXPECT_EQ(events[0]["step"], 4);  // step 3's commit stood: the standby resumed after it
-  EXPECT_GE(events[0]["campaign_ms"].get<double>(), 0.0);
+  EXPECT_EQ(events.size(), 1u) << got.output;
+  if (events.size() == 1) {
+    EXPECT_EQ(events[0]["cause"], "coordinator");
+    EXPECT_EQ(events[0]["step"], resume);
+    EXPECT_GE(events[0]["campaign_ms"].get<double>(), 0.0);
+  }
   EXPECT_NE(got.output.find("took the run over from its coordinator"), std::string::npos)
       << got.output;
   // Its etcd's data folder, named on the terminal, is gone with the run.
   const auto at = got.output.find("data in ");
-  ASSERT_NE(at, std::string::npos) << got.output;
-  const auto data = got.output.substr(at + 8, got.output.find(')', at) - at - 8);
-  EXPECT_FALSE(fs::exists(data)) << data;
+  EXPECT_NE(at, std::string::npos) << got.output;
+  if (at != std::string::npos) {
+    const auto data = got.output.substr(at + 8, got.output.find(')', at) - at - 8);
+    EXPECT_FALSE(fs::exists(data)) << data;
+  }
+  return got.output;
+}
+
+TEST(Takeover, TrainWithAStandbyWhoseCoordinatorIsKilledEndsWhereTheFailureFreeRunEnds) {
+  BW_REQUIRE_ETCD();
+  train_with_a_standby("train-standby", "step=3", 4);  // step 3's commit stood
+}
+
+// Killed after the last step's commit was durable, before any worker read it: the standby
+// publishes it again and the run ends.
+TEST(Takeover, KilledAfterTheLastStepWasDecidedTheStandbyEndsTheRun) {
+  BW_REQUIRE_ETCD();
+  const auto output =
+      train_with_a_standby("train-standby-last", fmt::format("step={}", kSteps - 1), kSteps);
+  EXPECT_NE(output.find("every step was committed before this coordinator"), std::string::npos)
+      << output;
+}
+
+// Killed once every worker had reported the end of the run to its store (final checkpoint
+// committed, checksums sent), before it published the end: those reports are gone with its store.
+// The workers, waiting for the end, see the store go, report their stop to the standby's, which
+// forms a generation after the last step; that saves the final checkpoint again (the same bits)
+// and ends the run.
+TEST(Takeover, KilledWhileTheRunEndedTheStandbyEndsIt) {
+  BW_REQUIRE_ETCD();
+  train_with_a_standby("train-standby-end", "phase=end", kSteps);
 }
 
 TEST(Takeover, AStandbyKilledChangesNothing) {
