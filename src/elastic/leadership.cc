@@ -264,14 +264,19 @@ std::map<std::string, std::string> Leadership::written_since(const std::string& 
                                                              int64_t from_revision) {
   check();
   const std::string full = instance_prefix() + prefix;
+  // A watch blocks until there is an event to return: the history is read up to a mark written
+  // under the instance (the watch covers the instance), so the last call returns at once with it
+  // instead of waiting for its deadline.
+  const std::string mark = instance_prefix() + "history-mark";
   return fenced("a read of the history", [&](Deadline d) {
     std::map<std::string, std::string> out;
-    const int64_t now = store_->revision(d);
+    const int64_t until = store_->fenced_put(Fence{opt_.key, epoch_}, mark, "", d);
     int64_t from = from_revision;
-    while (from <= now) {
-      const auto events = store_->watch(full, from, d);
+    while (from <= until) {
+      const auto events = store_->watch(instance_prefix(), from, d);
       if (events.empty()) break;
       for (const auto& e : events) {
+        if (e.revision > until || e.key.compare(0, full.size(), full) != 0) continue;
         const std::string key = e.key.substr(instance_prefix().size());
         if (e.type == WatchEvent::Type::kPut) {
           out[key] = e.value;

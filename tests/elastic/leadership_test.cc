@@ -828,6 +828,30 @@ TEST(Takeover, KilledWhileTheRunEndedTheStandbyEndsIt) {
   train_with_a_standby("train-standby-end", "phase=end", kSteps);
 }
 
+// Killed in the middle of a checkpoint's commit (BW_KILL_AT_COMMIT: its manifest written and
+// fsynced, not yet renamed into place): the run ends where the failure-free run ends, that
+// checkpoint is complete and valid or absent (never a partial one that loads), and the next one is
+// committed by the standby.
+TEST(Takeover, KilledWhileItCommittedACheckpointTheNextOneIsCommittedAndNoneIsPartial) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "ckpt-commit");
+  const auto t = takeover(
+      "ckpt-commit", cluster, kSteps, {}, [](pid_t, pid_t) {}, "BW_KILL_AT_COMMIT=during:4", 1,
+      {"--train.checkpoint_every=2"});
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  expect_taken_over_like_reference(t, *store);
+  const auto root = t.base + "/ckpt";
+  for (int steps : {2, 4, 6}) {
+    const auto at = runtime::checkpoint_dir(root, steps);
+    if (steps == 4 && !fs::exists(fs::path(at) / "checkpoint.json")) continue;  // not committed
+    ASSERT_TRUE(fs::exists(fs::path(at) / "checkpoint.json")) << at << logs(t);
+    const auto info = runtime::read_checkpoint_info(at);
+    EXPECT_EQ(info.step, steps) << at;
+    EXPECT_NO_THROW(runtime::load_checkpoint(at)) << at;
+  }
+}
+
 TEST(Takeover, AStandbyKilledChangesNothing) {
   BW_REQUIRE_ETCD();
   EtcdCluster cluster(3, dir());
