@@ -31,9 +31,10 @@
 #include "../runtime/cli_runner.h"
 #include "../same_training.h"
 #include "core/error.h"
+#include "elastic/local_etcd.h"
 #include "elastic/store_host.h"
-#include "netns_hosts.h"
 #include "model/config.h"
+#include "netns_hosts.h"
 #include "runtime/checkpointing.h"
 #include "runtime/hf.h"
 
@@ -47,7 +48,7 @@ using testing::read_text;
 
 constexpr double kDeadlineS = 90;
 constexpr double kLr = 1e-2;  // every run here keeps it to the end: tests/same_training.h
-constexpr int kPort = 29500;            // each namespace has its own ports
+constexpr int kPort = 29500;  // each namespace has its own ports
 const char* kToken = "multihost-test-token";
 
 std::string dir() {
@@ -370,6 +371,168 @@ TEST(Multihost, ACutLinkIsDetectedRecoveredAndTheHostRejoins) {
   expect_same_run(c.out_dir, reference(4, steps, model), steps);
 }
 
+// The coordinator's host cut off (docs/elastic.md "Takeover"): etcd's 3 members on host 0, the
+// active coordinator on host 1, a standby on host 2, agents on hosts 3 and 4 following the
+// leadership (--control). Host 1's link is cut mid-run, as a pulled cable: no reset reaches
+// anyone, so there is no evidence of death; the active coordinator cannot renew its lease, the
+// standby takes over when it expires (the lease path), the agents and workers cut their hung
+// connections to host 1's store and follow the new one, and the run ends as the failure-free run
+// on one host ends. The cut-off coordinator, which cannot reach etcd, exits 3 after its leaderless
+// timeout.
+TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
+  SKIP_WITHOUT_NETNS();
+  const auto etcd_exe = find_etcd();
+  if (!etcd_exe) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << "etcd is not installed (CI=true)";
+    GTEST_SKIP() << "etcd not installed (apt-get install etcd-server)";
+  }
+  const int steps = 600;  // ~20 ms a step: long enough for a lease to expire mid-run
+  NetnsHosts hosts(5);
+  ASSERT_TRUE(hosts.ok());
+  const std::string base = (fs::path(runs()) / "cut_coordinator").string();
+  fs::create_directories(base);
+  auto log = [&](const std::string& who) { return base + "." + who + ".log"; };
+  // etcd: three members on host 0, on its address (data on tmpfs where there is one).
+  const std::string tmp = fs::is_directory("/dev/shm") ? "/dev/shm" : base;
+  const std::string data = fmt::format("{}/bw-netns-etcd-{}", tmp, getpid());
+  std::string initial, endpoints;
+  for (int i = 0; i < 3; ++i) {
+    initial += fmt::format("{}m{}=http://{}:{}", i ? "," : "", i, hosts.address(0), 2380 + 2 * i);
+    endpoints += fmt::format("{}{}:{}", i ? "," : "", hosts.address(0), 2379 + 2 * i);
+  }
+  std::vector<std::unique_ptr<NsProcess>> etcd;
+  for (int i = 0; i < 3; ++i) {
+    const std::string client = fmt::format("http://{}:{}", hosts.address(0), 2379 + 2 * i);
+    const std::string peer = fmt::format("http://{}:{}", hosts.address(0), 2380 + 2 * i);
+    etcd.push_back(
+        std::make_unique<NsProcess>(hosts.host(0),
+                                    std::vector<std::string>{*etcd_exe,
+                                                             "--name",
+                                                             fmt::format("m{}", i),
+                                                             "--data-dir",
+                                                             fmt::format("{}/m{}", data, i),
+                                                             "--listen-client-urls",
+                                                             client,
+                                                             "--advertise-client-urls",
+                                                             client,
+                                                             "--listen-peer-urls",
+                                                             peer,
+                                                             "--initial-advertise-peer-urls",
+                                                             peer,
+                                                             "--initial-cluster",
+                                                             initial,
+                                                             "--initial-cluster-state",
+                                                             "new",
+                                                             "--heartbeat-interval",
+                                                             "50",
+                                                             "--election-timeout",
+                                                             "250",
+                                                             "--logger",
+                                                             "zap",
+                                                             "--log-level",
+                                                             "error"},
+                                    log(fmt::format("etcd{}", i))));
+  }
+  struct RemoveData {
+    std::string dir;
+    ~RemoveData() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_data{data};
+  bool healthy = false;
+  for (int i = 0; i < 300 && !healthy; ++i) {
+    healthy = testing::shell(fmt::format("ip netns exec {} etcdctl --endpoints={} "
+                                         "--command-timeout=2s endpoint health",
+                                         hosts.host(0), endpoints)) == 0;
+    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(healthy) << read_text(log("etcd0"));
+  const std::string control = "etcd://" + endpoints;
+  std::vector<std::pair<std::string, std::string>> env = {{"BW_RUN_TOKEN", kToken},
+                                                          {"BW_LOG_LEVEL", "info"}};
+  auto coordinator = [&](int host, const std::string& who, bool standby) {
+    std::vector<std::string> args = {BW_BINARY,
+                                     "coordinator",
+                                     "--quiet",
+                                     "--log-level=info",
+                                     "--listen",
+                                     fmt::format("{}:{}", hosts.address(host), kPort),
+                                     "--control",
+                                     control,
+                                     "--run-id",
+                                     "cut",
+                                     "--lease-ttl-s",
+                                     "2",
+                                     "--leaderless-timeout-s",
+                                     "5",
+                                     "--wait-s",
+                                     "60"};
+    if (standby) args.push_back("--standby");
+    for (auto& a : config_args(2, steps, base + "/" + who)) args.push_back(a);
+    return std::make_unique<NsProcess>(hosts.host(host), args, log(who), env);
+  };
+  auto active = coordinator(1, "active", false);
+  std::vector<std::unique_ptr<NsProcess>> agents;
+  for (int h : {3, 4}) {
+    agents.push_back(std::make_unique<NsProcess>(
+        hosts.host(h),
+        with_private_dir({BW_BINARY, "agent", "--control", control, "--run-id", "cut",
+                          "--node-name", fmt::format("host{}", h), "--wait-s", "30",
+                          "--leaderless-timeout-s", "30", "--log-level=info"}),
+        log(fmt::format("agent{}", h)), env));
+  }
+  auto logs = [&] {
+    std::string out;
+    for (const char* who : {"active", "standby", "agent3", "agent4"}) {
+      out += fmt::format("--- {}\n{}", who, read_text(log(who)));
+    }
+    return out;
+  };
+  auto wait_steps = [&](size_t n, double seconds) {
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (std::chrono::steady_clock::now() < end) {
+      if (read_metrics(base + "/active").steps.size() >= n) return true;
+      if (active->poll()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  // The standby once the active one leads and trains (else the standby could lead first).
+  ASSERT_TRUE(wait_steps(1, 60)) << logs();
+  auto standby = coordinator(2, "standby", true);
+  ASSERT_TRUE(wait_steps(40, 60)) << logs();
+  ASSERT_TRUE(hosts.set_link(1, false));
+  EXPECT_EQ(standby->wait(kDeadlineS), 0) << logs();
+  for (auto& a : agents) EXPECT_EQ(a->wait(30), 0) << logs();
+  // Cut off from etcd: it cannot lead, and says so (exit 3) after its leaderless timeout.
+  EXPECT_EQ(active->wait(30), 3) << logs();
+  const auto got = read_metrics(base + "/standby");
+  ASSERT_FALSE(got.steps.empty()) << logs();
+  int recovered = 0;
+  for (const auto& e : got.events) {
+    if (e.at("event") == "recovered") {
+      ++recovered;
+      EXPECT_EQ(e.at("cause"), "coordinator");
+    }
+  }
+  EXPECT_EQ(recovered, 1) << logs();
+  // The standby took over on the lease path: no evidence (the cut host's port never refused).
+  EXPECT_EQ(read_text(log("standby")).find("revoked on evidence"), std::string::npos);
+  const int first = got.steps.front().at("step");
+  // Every step the cut-off coordinator recorded is on the failure-free run's samples too.
+  const auto& want_dir = reference(2, steps);
+  const auto want = read_metrics(want_dir);
+  for (const auto& s : read_metrics(base + "/active").steps) {
+    const int k = s.at("step");
+    ASSERT_LT(k, static_cast<int>(want.steps.size()));
+    EXPECT_EQ(s.at("samples"), want.steps[k].at("samples")) << "step " << k;
+  }
+  expect_same_run(base + "/standby", want_dir, steps, first);
+}
+
 TEST(Multihost, WrongOrMissingTokensAreRefusedAndMissingAgentsNamed) {
   SKIP_WITHOUT_NETNS();
   Cluster c(3, "tokens");
@@ -562,8 +725,8 @@ TEST(Checkpoints, NeedNoSharedFilesystemAndResumeBothWays) {
   EXPECT_EQ(a3.optimizer.size(), x3.optimizer.size());
 
   // Multi-host checkpoint -> one host.
-  const auto y = one_host("ckpt_resumed_one_host",
-                          {"--train.resume=" + runtime::checkpoint_dir(a_out, 3)});
+  const auto y =
+      one_host("ckpt_resumed_one_host", {"--train.resume=" + runtime::checkpoint_dir(a_out, 3)});
   expect_same_run(y, x, steps, 3);
 
   // One-host checkpoint -> multi-host, from a path only the coordinator can read.
@@ -606,9 +769,8 @@ std::string gather_checkpoint(const std::string& manifest_dir,
 TEST(Checkpoints, OnEachHostsOwnDiskSurviveTheLossOfAHostAndItsDisk) {
   SKIP_WITHOUT_NETNS();
   const int steps = 6;
-  const std::vector<std::string> common = {"--train.checkpoint_every=3",
-                                           "--elastic.heartbeat_timeout_s=5",
-                                           "--pipeline.schedule=1f1b"};
+  const std::vector<std::string> common = {
+      "--train.checkpoint_every=3", "--elastic.heartbeat_timeout_s=5", "--pipeline.schedule=1f1b"};
   const auto x_out = (fs::path(runs()) / "own_disk_reference").string();
   {
     std::vector<std::string> args = {"train", "--quiet"};
@@ -733,8 +895,10 @@ TEST(Data, ADifferentOrMissingCorpusIsRefusedAtRegistration) {
   ASSERT_TRUE(c.hosts.ok());
   c.start_coordinator(2, 2, {"--expect-names", "host1,host2"}, /*wait_s=*/4);
   auto& good = c.start_agent(1, kToken);
-  auto& differs = c.start_agent(2, kToken, true, fmt::format("mount --bind {} {}", other, corpus()));
-  auto& missing = c.start_agent(3, kToken, true, fmt::format("mount --bind /dev/null {}", corpus()));
+  auto& differs =
+      c.start_agent(2, kToken, true, fmt::format("mount --bind {} {}", other, corpus()));
+  auto& missing =
+      c.start_agent(3, kToken, true, fmt::format("mount --bind /dev/null {}", corpus()));
   EXPECT_EQ(differs.wait(30), 2) << c.logs();
   EXPECT_EQ(missing.wait(30), 2) << c.logs();
   EXPECT_EQ(c.coordinator->wait(30), 3) << c.logs();
@@ -821,15 +985,15 @@ TEST(Launch, OverARealSshdMatchesTheOneHostRun) {
     fs::remove(k + ".pub");
     ASSERT_EQ(testing::shell(fmt::format("ssh-keygen -q -t ed25519 -N '' -f {}", k)), 0);
   }
-  fs::copy_file(user_key + ".pub", keys + "/authorized_keys",
-                fs::copy_options::overwrite_existing);
+  fs::copy_file(user_key + ".pub", keys + "/authorized_keys", fs::copy_options::overwrite_existing);
   testing::shell("mkdir -p /run/sshd");  // privilege separation directory (the package's init)
   std::vector<std::unique_ptr<NsProcess>> daemons;
   for (int h = 1; h <= hosts_n; ++h) {
     const auto config = fmt::format("{}/sshd_config.{}", keys, h);
     std::ofstream(config) << fmt::format(
         "ListenAddress {}\nPort {}\nHostKey {}\nAuthorizedKeysFile {}/authorized_keys\n"
-        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication "
+        "PermitRootLogin prohibit-password\nPasswordAuthentication "
+        "no\nKbdInteractiveAuthentication "
         "no\nUsePAM no\nStrictModes no\nPidFile {}/sshd.{}.pid\nLogLevel INFO\n",
         c.hosts.address(h), port, host_key, keys, keys, h);
     daemons.push_back(std::make_unique<NsProcess>(
@@ -852,13 +1016,13 @@ TEST(Launch, OverARealSshdMatchesTheOneHostRun) {
     for (int h = 1; h <= hosts_n; ++h) out << c.hosts.address(h) << " slots=1\n";
   }
   const auto ssh = fmt::format(
-      "ssh -p {} -i {} -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+      "ssh -p {} -i {} -o BatchMode=yes -o StrictHostKeyChecking=no -o "
+      "UserKnownHostsFile=/dev/null "
       "-o LogLevel=ERROR",
       port, user_key);
-  std::vector<std::string> args = {BW_BINARY,  "launch", "--quiet", "--log-level=info",
-                                   "--hostfile", hostfile, "--listen", c.listen(),
-                                   "--ssh",      ssh,      "--remote-binary", BW_BINARY,
-                                   "--wait-s",   "60"};
+  std::vector<std::string> args = {
+      BW_BINARY,  "launch", "--quiet", "--log-level=info", "--hostfile", hostfile,   "--listen",
+      c.listen(), "--ssh",  ssh,       "--remote-binary",  BW_BINARY,    "--wait-s", "60"};
   for (auto& a : config_args(hosts_n, steps, c.out_dir)) args.push_back(a);
   args.push_back("--elastic.heartbeat_timeout_s=5");  // as above: detection is not under test
   c.coordinator = std::make_unique<NsProcess>(
