@@ -433,6 +433,19 @@ void Supervisor::node_lost(int node, const std::string& cause, double fail_ms) {
 }
 
 void Supervisor::start_recovery(const std::string& kind, double fail_ms, std::vector<int> nodes) {
+  // A takeover that has not committed a step yet stays the recovery being timed: a failure
+  // during it adds its nodes (one `recovered` event, from the old coordinator's death).
+  std::optional<Recovery> takeover;
+  if (pending_ && pending_->kind == "coordinator") takeover = pending_;
+  if (recovery_ && recovery_->kind == "coordinator") takeover = recovery_;
+  if (takeover && kind != "coordinator") {
+    recovery_ = *takeover;
+    recovery_->nodes = std::move(nodes);
+    recovery_->step = committed_;
+    pending_.reset();
+    begin_quiesce();
+    return;
+  }
   recovery_ = Recovery{};
   recovery_->kind = kind;
   recovery_->nodes = std::move(nodes);

@@ -12,10 +12,12 @@
 //   told nothing.
 // - Bad input: a --control URL that does not parse, no --run-id, etcd unreachable (the endpoints
 //   named), a run id led by a live coordinator with another config: one error line, exit 2.
+#include "elastic/leadership.h"
+
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -27,15 +29,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 #include "../runtime/checkpoint_runs.h"
 #include "../runtime/cli_runner.h"
 #include "elastic/control_store_etcd.h"
 #include "elastic/keys.h"
-#include "elastic/leadership.h"
 #include "elastic/messages.h"
 #include "elastic/process.h"
 #include "etcd_cluster.h"
@@ -504,13 +504,13 @@ Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps
         "exec env {} '{}' coordinator --listen 127.0.0.1:0 --wait-s 60 --log-level info {} {}", env,
         BW_BINARY, control, more);
     std::vector<std::string> shape =
-        nodes == 1 ? std::vector<std::string>{"--cluster.nodes=1", "--cluster.devices_per_node=2",
-                                              "--pipeline.pipelines=[2]",
-                                              "--pipeline.schedule=1f1b",
-                                              "--pipeline.fault_tolerance=0"}
-                   : std::vector<std::string>{"--cluster.nodes=2", "--cluster.devices_per_node=1",
-                                              "--pipeline.pipelines=[1,1]",
-                                              "--pipeline.fault_tolerance=1"};
+        nodes == 1
+            ? std::vector<std::string>{"--cluster.nodes=1", "--cluster.devices_per_node=2",
+                                       "--pipeline.pipelines=[2]", "--pipeline.schedule=1f1b",
+                                       "--pipeline.fault_tolerance=0"}
+            : std::vector<std::string>{"--cluster.nodes=2", "--cluster.devices_per_node=1",
+                                       "--pipeline.pipelines=[1,1]",
+                                       "--pipeline.fault_tolerance=1"};
     shape.push_back("--checkpoint.dir=" + t.base + "/ckpt");
     shape.insert(shape.end(), config.begin(), config.end());
     for (const auto& a : bw::testing::tiny_train_args(corpus(), t.base + "/" + who, steps, shape)) {
@@ -534,10 +534,12 @@ Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps
   std::vector<ChildProcess> agents;
   for (int i = 0; i < nodes; ++i) {
     agents.push_back(ChildProcess::spawn(
-        "/bin/sh", {"sh", "-c",
-                    fmt::format("exec env BW_LOG_LEVEL=info '{}' agent --control {} --run-id {} --node-name n{} "
-                                "--wait-s 30 --leaderless-timeout-s 30 >'{}/agent{}.log' 2>&1",
-                                BW_BINARY, cluster.url(), name, i, t.base, i)}));
+        "/bin/sh",
+        {"sh", "-c",
+         fmt::format(
+             "exec env BW_LOG_LEVEL=info '{}' agent --control {} --run-id {} --node-name n{} "
+             "--wait-s 30 --leaderless-timeout-s 30 >'{}/agent{}.log' 2>&1",
+             BW_BINARY, cluster.url(), name, i, t.base, i)}));
   }
   during(active.pid(), standby.pid());
   t.standby = standby.wait_or_kill(std::chrono::seconds(150));
@@ -549,7 +551,8 @@ Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps
   t.active = active.wait_or_kill(std::chrono::seconds(40));
   t.active_log = read_or_empty(t.base + "/active.log");
   t.standby_log = read_or_empty(t.base + "/standby.log");
-  for (int i = 0; i < nodes; ++i) t.agent_log += read_or_empty(fmt::format("{}/agent{}.log", t.base, i));
+  for (int i = 0; i < nodes; ++i)
+    t.agent_log += read_or_empty(fmt::format("{}/agent{}.log", t.base, i));
   return t;
 }
 
@@ -720,12 +723,13 @@ Takeover taken_over_in_a_recovery(const std::string& name, const std::string& ac
   EtcdCluster cluster(3, dir());
   auto store = client(cluster, name);
   const std::vector<std::string> fault = {"--elastic.inject=kill:node=1:step=3"};
-  const auto ref =
-      takeover(name + "-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
+  const auto ref = takeover(
+      name + "-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2, fault);
   EXPECT_EQ(ref.active, 0) << logs(ref);
   std::vector<std::string> want;
   for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
-  auto t = takeover(name, cluster, kSteps, {}, [](pid_t, pid_t) {}, active_env, 2, fault);
+  auto t = takeover(
+      name, cluster, kSteps, {}, [](pid_t, pid_t) {}, active_env, 2, fault);
   EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
   expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
   return t;
@@ -836,9 +840,8 @@ TEST(Takeover, KilledWhileItCommittedACheckpointTheNextOneIsCommittedAndNoneIsPa
   BW_REQUIRE_ETCD();
   EtcdCluster cluster(3, dir());
   auto store = client(cluster, "ckpt-commit");
-  const auto t = takeover(
-      "ckpt-commit", cluster, kSteps, {}, [](pid_t, pid_t) {}, "BW_KILL_AT_COMMIT=during:4", 1,
-      {"--train.checkpoint_every=2"});
+  const auto t = takeover("ckpt-commit", cluster, kSteps, {}, [](pid_t, pid_t) {},
+                          "BW_KILL_AT_COMMIT=during:4", 1, {"--train.checkpoint_every=2"});
   EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
   expect_taken_over_like_reference(t, *store);
   const auto root = t.base + "/ckpt";
@@ -850,6 +853,54 @@ TEST(Takeover, KilledWhileItCommittedACheckpointTheNextOneIsCommittedAndNoneIsPa
     EXPECT_EQ(info.step, steps) << at;
     EXPECT_NO_THROW(runtime::load_checkpoint(at)) << at;
   }
+}
+
+// A worker killed during a takeover: the active coordinator killed right after step 3's commit
+// (elastic.inject kill_coordinator), and node 1's worker killed while the standby's generation
+// forms (phase reconfigure of the generation starting at step 4). The standby takes the node out
+// and re-plans on node 0 alone; the run ends bitwise where one coordinator's run that lost node 1's
+// worker in step 4 ends (the same plans for the same steps), each step committed once, with one
+// `recovered` event: the takeover's, naming node 1.
+TEST(Takeover, AWorkerKilledWhileTheStandbyTakesOverIsRecoveredToo) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "worker-in-takeover");
+  const auto ref = takeover("worker-in-takeover-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "",
+                            2, {"--elastic.inject=kill:node=1:step=4"});
+  ASSERT_EQ(ref.active, 0) << logs(ref);
+  std::vector<std::string> want;
+  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
+  auto t =
+      takeover("worker-in-takeover", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 2,
+               {"--elastic.inject=kill_coordinator:step=3,kill:node=1:step=4:phase=reconfigure"});
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  ASSERT_EQ(t.standby, 0) << logs(t);
+  bw::testing::expect_bitwise_equal(runtime::checkpoint_dir(t.base + "/ckpt", kSteps),
+                                    runtime::checkpoint_dir(ref.base + "/ckpt", kSteps));
+  const auto got = samples_by_step(t);
+  for (const auto& [step, digest] : got) {
+    ASSERT_LT(step, static_cast<int>(want.size()));
+    EXPECT_EQ(digest, want[step]) << "step " << step;
+  }
+  EXPECT_TRUE(got.count(kSteps - 1)) << logs(t);
+  // One recovery, timed from the coordinator's death: the takeover, with node 1 lost during it.
+  const auto events = recovered_events(t);
+  ASSERT_EQ(events.size(), 1u) << logs(t);
+  EXPECT_EQ(events[0]["cause"], "coordinator");
+  EXPECT_EQ(events[0]["nodes"], nlohmann::json::array({1}));
+  EXPECT_EQ(events[0]["step"], 4);
+  std::map<int, int> commits;
+  const auto inst = store->get(keys::instance(), deadline_in(5s));
+  ASSERT_TRUE(inst.has_value());
+  for (const auto& e :
+       history(*store, fmt::format("i{}/", decode_instance(inst->value, keys::instance()).epoch))) {
+    if (e.type != WatchEvent::Type::kPut || e.key.find("/decision/") == std::string::npos) continue;
+    const auto d = decode_decision(e.value, e.key);
+    if (d == Decision::kCommit || d == Decision::kLast) {
+      ++commits[std::stoi(e.key.substr(e.key.rfind('/') + 1))];
+    }
+  }
+  for (int k = 0; k < kSteps; ++k) EXPECT_EQ(commits[k], 1) << "step " << k;
 }
 
 TEST(Takeover, AStandbyKilledChangesNothing) {
@@ -908,9 +959,9 @@ TEST(FencedRun, BadAgentControlInputIsOneErrorExit2) {
   };
   refused({"--control", "etcd://127.0.0.1:2379"}, "--run-id");
   refused({"--control", "embedded", "--run-id", "r"}, "only an etcd control store");
-  refused({"--control", "etcd://127.0.0.1:2379", "--run-id", "r", "--coordinator",
-           "127.0.0.1:29500"},
-          "two ways");
+  refused(
+      {"--control", "etcd://127.0.0.1:2379", "--run-id", "r", "--coordinator", "127.0.0.1:29500"},
+      "two ways");
   refused({"--control", "etcd://no-port-here", "--run-id", "r"}, "etcd://no-port-here");
 }
 
