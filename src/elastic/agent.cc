@@ -9,10 +9,14 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -300,6 +304,14 @@ class HostCheckpoints {
   HostCheckpoints(const HostCheckpoints&) = delete;
   HostCheckpoints& operator=(const HostCheckpoints&) = delete;
 
+  // A coordinator took the run over (--control): the commits are read from its store from now on,
+  // counted there afresh. A commit the old coordinator published that this host had not read
+  // yet stays in its staging directory, where a resume finds it.
+  void follow(std::string store_host, int store_port) {
+    std::lock_guard lk(follow_mu_);
+    follow_ = std::make_pair(std::move(store_host), store_port);
+  }
+
   // The run is over: publishes its last commit (the final checkpoint or the stop save) before
   // the agent says goodbye, so the coordinator is still there to read it from.
   void finish() {
@@ -327,6 +339,15 @@ class HostCheckpoints {
   // Connects if needed, learns the mode once it is set, and publishes what was committed in
   // "hosts" mode; false once the mode is known to be another (nothing to do, ever).
   bool pass(milliseconds connect_timeout) {
+    {
+      std::lock_guard lk(follow_mu_);
+      if (follow_) {
+        std::tie(store_host_, port_) = *follow_;
+        follow_.reset();
+        store_.reset();
+        seen_ = 0;
+      }
+    }
     if (!store_) store_ = connect_store(store_host_, port_, connect_timeout);
     if (!mode_known_ && store_->check({keys::checkpoint_io()})) {
       mode_known_ = true;
@@ -375,6 +396,8 @@ class HostCheckpoints {
   Store store_;
   bool mode_known_ = false, hosts_ = false;
   int64_t seen_ = 0;
+  std::mutex follow_mu_;
+  std::optional<std::pair<std::string, int>> follow_;  // a new leader's store, not taken yet
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -585,6 +608,7 @@ int remote_agent(AgentArgs args) {
       leader = follower->after(leader.epoch);
       args.store_host = leader.host;
       args.store_port = leader.port;
+      if (host_checkpoints) host_checkpoints->follow(leader.host, leader.port);
       rejoin = std::make_pair(n.node, n.incarnation);
       runtime::log(runtime::LogLevel::kInfo, "agent '{}': the run is led at epoch {}, store {}:{}",
                    args.node_name, leader.epoch, leader.host, leader.port);

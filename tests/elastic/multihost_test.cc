@@ -378,9 +378,13 @@ TEST(Multihost, ACutLinkIsDetectedRecoveredAndTheHostRejoins) {
 // standby takes over when it expires (the lease path), the agents and workers cut their hung
 // connections to host 1's store and follow the new one, and the run ends as the failure-free run
 // on one host ends. The cut-off coordinator, which cannot reach etcd, exits 3 after its leaderless
-// timeout.
-TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
-  SKIP_WITHOUT_NETNS();
+// timeout. With `own_disks`, checkpoint.dir is each agent host's own disk ("hosts" mode, a
+// checkpoint every 100 steps): the agents publish the checkpoints the standby commits, read from
+// its store, and the final one, gathered from the hosts, is the failure-free run's.
+std::string gather_checkpoint(const std::string& manifest_dir,
+                              const std::vector<std::string>& host_dirs, const std::string& out);
+
+void cut_coordinator(const std::string& name, bool own_disks) {
   const auto etcd_exe = find_etcd();
   if (!etcd_exe) {
     const char* ci = std::getenv("CI");
@@ -390,7 +394,17 @@ TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
   const int steps = 600;  // ~20 ms a step: long enough for a lease to expire mid-run
   NetnsHosts hosts(5);
   ASSERT_TRUE(hosts.ok());
-  const std::string base = (fs::path(runs()) / "cut_coordinator").string();
+  const std::string base = (fs::path(runs()) / name).string();
+  // "hosts" mode: the same checkpoint.dir path on every host, each agent's its own directory.
+  const auto disk = (fs::path(runs()) / (name + "_disk")).string();
+  const auto disks = fs::path(dir()) / (name + "_host_disks");
+  auto host_disk = [&](int h) { return (disks / fmt::format("host{}", h)).string(); };
+  auto mount_disk = [&](int h) {
+    return own_disks
+               ? fmt::format("mkdir -p '{}' && mount --bind '{}' '{}'", disk, host_disk(h), disk)
+               : std::string();
+  };
+  for (int h : {3, 4}) fs::create_directories(host_disk(h));
   fs::create_directories(base);
   auto log = [&](const std::string& who) { return base + "." + who + ".log"; };
   // etcd: three members on host 0, on its address (data on tmpfs where there is one).
@@ -471,6 +485,10 @@ TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
                                      "60"};
     if (standby) args.push_back("--standby");
     for (auto& a : config_args(2, steps, base + "/" + who)) args.push_back(a);
+    if (own_disks) {
+      args.push_back("--checkpoint.dir=" + disk);
+      args.push_back("--train.checkpoint_every=100");
+    }
     return std::make_unique<NsProcess>(hosts.host(host), args, log(who), env);
   };
   auto active = coordinator(1, "active", false);
@@ -480,7 +498,8 @@ TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
         hosts.host(h),
         with_private_dir({BW_BINARY, "agent", "--control", control, "--run-id", "cut",
                           "--node-name", fmt::format("host{}", h), "--wait-s", "30",
-                          "--leaderless-timeout-s", "30", "--log-level=info"}),
+                          "--leaderless-timeout-s", "30", "--log-level=info"},
+                         mount_disk(h)),
         log(fmt::format("agent{}", h)), env));
   }
   auto logs = [&] {
@@ -530,7 +549,30 @@ TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
     ASSERT_LT(k, static_cast<int>(want.steps.size()));
     EXPECT_EQ(s.at("samples"), want.steps[k].at("samples")) << "step " << k;
   }
-  expect_same_run(base + "/standby", want_dir, steps, first);
+  if (!own_disks) {
+    expect_same_run(base + "/standby", want_dir, steps, first);
+    return;
+  }
+  EXPECT_NE(read_text(log("active")).find("each host's own disk"), std::string::npos) << logs();
+  // Each host published the final checkpoint, which only the standby committed.
+  std::vector<std::string> finals;
+  for (int h : {3, 4}) {
+    finals.push_back(runtime::checkpoint_dir(host_disk(h), steps));
+    EXPECT_TRUE(fs::exists(fs::path(finals.back()) / "checkpoint.json")) << finals.back() << logs();
+  }
+  const auto gathered = gather_checkpoint(runtime::checkpoint_dir(disk, steps), finals,
+                                          (fs::path(dir()) / (name + "_final")).string());
+  expect_same_run(base + "/standby", want_dir, steps, first, gathered);
+}
+
+TEST(Multihost, TheCoordinatorsHostCutOffTheStandbyOnAnotherHostTakesOver) {
+  SKIP_WITHOUT_NETNS();
+  cut_coordinator("cut_coordinator", false);
+}
+
+TEST(Multihost, TheCoordinatorsHostCutOffCheckpointsOnEachHostsDiskArePublishedAfterTheTakeover) {
+  SKIP_WITHOUT_NETNS();
+  cut_coordinator("cut_coordinator_own_disks", true);
 }
 
 TEST(Multihost, WrongOrMissingTokensAreRefusedAndMissingAgentsNamed) {
