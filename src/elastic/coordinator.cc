@@ -1376,6 +1376,25 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   }
   runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
                ctx.cluster.num_nodes);
+  // kill_coordinator:...:phase=state_transfer: a worker marks the fault in the store mid-transfer.
+  std::vector<int> killed_by_worker;
+  for (size_t i = 0; i < setup.faults.size(); ++i) {
+    if (lead && setup.faults[i].action == "kill_coordinator" &&
+        setup.faults[i].phase == "state_transfer") {
+      killed_by_worker.push_back(static_cast<int>(i));
+    }
+  }
+  auto kill_if_marked = [&] {
+    for (int i : killed_by_worker) {
+      if (!store->check({keys::inject_fired(i)})) continue;
+      const auto at = fmt::format("{:.3f}", wall_ms());
+      if (lead->decide(keys::coordinator_fault(i), at) == at) {
+        runtime::log(runtime::LogLevel::kWarn,
+                     "elastic.inject: killing this coordinator during a state transfer");
+        ::raise(SIGKILL);
+      }
+    }
+  };
   bool asked = false;
   try {
     if (adopted) {
@@ -1398,6 +1417,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
     for (;;) {
       // A process paused past its lease learns that before it acts (leadership.h).
       if (lead) lead->check();
+      kill_if_marked();
       if (!sup.tick()) break;
       if (g_signals > 0 && !asked) {
         asked = true;

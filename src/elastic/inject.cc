@@ -21,10 +21,9 @@ namespace bw::elastic {
 namespace {
 
 const std::set<std::string> kActions = {"kill", "hang", "agent", "nan", "slow", "kill_coordinator"};
-const std::set<std::string> kPhases = {"agent_startup", "startup",     "forward",
-                                       "backward",      "p2p",         "grad_sync",
-                                       "commit",        "optimizer",   "reconfigure",
-                                       "state_transfer", "eval"};
+const std::set<std::string> kPhases = {"agent_startup", "startup",        "forward", "backward",
+                                       "p2p",           "grad_sync",      "commit",  "optimizer",
+                                       "reconfigure",   "state_transfer", "eval"};
 
 bool startup_phase(const std::string& phase) {
   return phase == "startup" || phase == "agent_startup";
@@ -39,8 +38,8 @@ int parse_int(const std::string& entry, const std::string& key, const std::strin
     used = 0;
   }
   if (used != value.size() || v < 0) {
-    throw ConfigError(fmt::format(
-        "elastic.inject entry '{}': {} must be an integer >= 0, got '{}'", entry, key, value));
+    throw ConfigError(fmt::format("elastic.inject entry '{}': {} must be an integer >= 0, got '{}'",
+                                  entry, key, value));
   }
   return v;
 }
@@ -67,8 +66,8 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
     bool has_node = false, has_step = false, has_phase = false, has_factor = false;
     std::getline(parts, f.action, ':');
     if (kActions.count(f.action) == 0) {
-      throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}",
-                                    entry, f.action, form));
+      throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}", entry,
+                                    f.action, form));
     }
     while (std::getline(parts, part, ':')) {
       const auto eq = part.find('=');
@@ -112,20 +111,25 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       }
     }
     if (f.action == "kill_coordinator") {
-      // The leading coordinator itself, not a node's worker: after step S's commit is durable,
-      // or at the end of the run (every worker reported the end, before it is published).
+      // The leading coordinator itself: after step S's commit is durable, at the end of the run
+      // (every worker reported the end, before it is published), or while node N's worker is in
+      // the middle of the state transfer of the generation that starts at step S (it tells the
+      // coordinator through the store and waits for it to go).
       const bool end = has_phase && f.phase == "end";
-      if (has_node || has_factor || entry.find("device=") != std::string::npos ||
-          (has_phase && f.phase != "commit" && !end) || has_step == end) {
+      const bool transfer = has_phase && f.phase == "state_transfer";
+      if (has_factor || (!transfer && (has_node || entry.find("device=") != std::string::npos)) ||
+          (has_phase && f.phase != "commit" && !end && !transfer) || has_step == end) {
         throw ConfigError(fmt::format(
-            "elastic.inject entry '{}': kill_coordinator takes step= only (the leading "
-            "coordinator is killed once that step's commit is durable), or phase=end (once every "
-            "worker reported the end of the run); use kill_coordinator:step=S or "
-            "kill_coordinator:phase=end",
+            "elastic.inject entry '{}': kill_coordinator takes step= (the leading coordinator is "
+            "killed once that step's commit is durable), phase=end (once every worker reported "
+            "the end of the run), or step=S:phase=state_transfer[:node=N][:device=D] (while that "
+            "worker moves layers into the generation starting at step S); use "
+            "kill_coordinator:step=S, kill_coordinator:phase=end or "
+            "kill_coordinator:step=S:phase=state_transfer:node=N",
             entry));
       }
-      f.node = -1;
-      if (!end) f.phase = "commit";
+      if (!transfer) f.node = -1;
+      if (!end && !transfer) f.phase = "commit";
       out.push_back(f);
       continue;
     }
@@ -194,6 +198,10 @@ bool Injector::at(int step, const std::string& phase) {
     store_->set(keys::inject_time(index), std::vector<uint8_t>(at.begin(), at.end()));
     if (f.action == "nan") {
       poison = true;
+    } else if (f.action == "kill_coordinator") {
+      // The coordinator polls the fired key every few milliseconds and kills itself: this
+      // worker's transfer resumes once it is gone.
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     } else if (f.action == "kill") {
       ::raise(SIGKILL);
     } else if (f.action == "hang") {

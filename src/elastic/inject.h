@@ -10,8 +10,11 @@
 // gradient norm is not finite; phase grad_sync only), `kill_coordinator:step=S` (SIGKILL of the
 // leading coordinator right after the commit of step S is durable in the control store, before
 // any worker can read it; `kill_coordinator:phase=end`: once every worker reported the end of the
-// run, before the end is published; for runs whose control store is etcd, with a standby to take
-// over; fired by the coordinator, once per run, through a fenced key). Phases: agent_startup (the node's agent
+// run, before the end is published; `kill_coordinator:step=S:phase=state_transfer[:node=N]
+// [:device=D]`: while that worker is in the middle of the state transfer of the generation
+// starting at step S, which it marks in the store, waiting a second for the coordinator to go; for
+// runs whose control store is etcd, with a standby to take over; the coordinator kills itself
+// once per run, after a fenced create of the fault's key). Phases: agent_startup (the node's agent
 // itself is killed or stopped before its first heartbeat, before it starts its workers; kill and
 // hang only, `step` and `device` ignored; fired by the agent through its own Injector with
 // device 0), startup (before the worker's first

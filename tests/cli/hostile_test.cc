@@ -537,7 +537,7 @@ std::vector<Case> train_cases() {
       {"train_inject_kill_coordinator_embedded",
        with({"--elastic.inject=kill_coordinator:step=0"}), 2, "elastic.control = \"etcd\""},
       {"train_inject_kill_coordinator_with_a_node",
-       with({"--elastic.inject=kill_coordinator:node=0:step=0"}), 2, "takes step= only"},
+       with({"--elastic.inject=kill_coordinator:node=0:step=0"}), 2, "kill_coordinator takes step="},
       {"train_standbys_without_etcd", with({"--elastic.standbys=1"}), 2,
        "elastic.standbys = 1 needs a control store"},
       {"train_control_not_a_store", with({"--elastic.control=zookeeper"}), 2, "elastic.control"},

@@ -487,7 +487,8 @@ std::string read_or_empty(const std::string& path) {
 // `during(active, standby)` acts on the two coordinators once they run; the test then waits for
 // each process (the standby last: it ends the run when it took over).
 // `nodes` 1: one agent with 2 workers, one pipeline; 2: two agents with 1 worker each, two
-// pipelines (f = 1). `config` is added to both coordinators' config.
+// pipelines (f = 1); 3: three agents with 1 worker each, pipelines [1, 2] (f = 1). `config` is
+// added to both coordinators' config.
 template <class During>
 Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps,
                   const std::vector<std::string>& extra, During during,
@@ -503,14 +504,17 @@ Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps
     std::string cmd = fmt::format(
         "exec env {} '{}' coordinator --listen 127.0.0.1:0 --wait-s 60 --log-level info {} {}", env,
         BW_BINARY, control, more);
-    std::vector<std::string> shape =
-        nodes == 1
-            ? std::vector<std::string>{"--cluster.nodes=1", "--cluster.devices_per_node=2",
-                                       "--pipeline.pipelines=[2]", "--pipeline.schedule=1f1b",
-                                       "--pipeline.fault_tolerance=0"}
-            : std::vector<std::string>{"--cluster.nodes=2", "--cluster.devices_per_node=1",
-                                       "--pipeline.pipelines=[1,1]",
-                                       "--pipeline.fault_tolerance=1"};
+    std::vector<std::string> shape;
+    if (nodes == 1) {
+      shape = {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
+               "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0"};
+    } else if (nodes == 2) {
+      shape = {"--cluster.nodes=2", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,1]",
+               "--pipeline.fault_tolerance=1"};
+    } else {
+      shape = {"--cluster.nodes=3", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,2]",
+               "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=1"};
+    }
     shape.push_back("--checkpoint.dir=" + t.base + "/ckpt");
     shape.insert(shape.end(), config.begin(), config.end());
     for (const auto& a : bw::testing::tiny_train_args(corpus(), t.base + "/" + who, steps, shape)) {
@@ -901,6 +905,42 @@ TEST(Takeover, AWorkerKilledWhileTheStandbyTakesOverIsRecoveredToo) {
     }
   }
   for (int k = 0; k < kSteps; ++k) EXPECT_EQ(commits[k], 1) << "step " << k;
+}
+
+// Killed during a state transfer: three nodes on pipelines [1, 2]; node 1's worker is killed in
+// step 3, so the generation from step 3 runs [1, 1] and node 2's worker receives the layers it
+// lacks from node 0's. In the middle of that transfer (everything posted) node 2's worker marks
+// the fault and the coordinator kills itself (elastic.inject kill_coordinator:...:phase=
+// state_transfer). The standby aborts that generation's first step and forms it again; the run
+// ends bitwise where one coordinator's run with the same worker fault ends, each step committed
+// once, with one recovery of cause coordinator (node 1's loss is the old coordinator's event).
+TEST(Takeover, KilledDuringAStateTransferTheStandbyFormsTheGenerationAgain) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  auto store = client(cluster, "transfer");
+  const auto ref = takeover("transfer-ref", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 3,
+                            {"--elastic.inject=kill:node=1:step=3"});
+  ASSERT_EQ(ref.active, 0) << logs(ref);
+  std::vector<std::string> want;
+  for (const auto& [step, digest] : samples_by_step(ref)) want.push_back(digest);
+  const auto t = takeover(
+      "transfer", cluster, kSteps, {}, [](pid_t, pid_t) {}, "", 3,
+      {"--elastic.inject=kill:node=1:step=3,kill_coordinator:node=2:step=3:phase=state_transfer"});
+  EXPECT_EQ(t.active, 128 + SIGKILL) << logs(t);
+  EXPECT_NE(t.active_log.find("during a state transfer"), std::string::npos) << logs(t);
+  expect_taken_over_like_reference(t, *store, ref.base + "/ckpt", want);
+  const auto events = recovered_events(t);
+  ASSERT_EQ(events.size(), 1u) << logs(t);
+  EXPECT_EQ(events[0]["step"], 3);
+  // Node 1's loss is the old coordinator's event; generation 1's run state already had it out.
+  std::ifstream in(fs::path(t.base) / "active" / "metrics.jsonl");
+  bool lost = false;
+  for (std::string line; std::getline(in, line);) {
+    const auto doc = nlohmann::json::parse(line, nullptr, false);
+    lost = lost || (doc.is_object() && doc.value("event", "") == "node_lost" &&
+                    doc["nodes"] == nlohmann::json::array({1}));
+  }
+  EXPECT_TRUE(lost) << logs(t);
 }
 
 TEST(Takeover, AStandbyKilledChangesNothing) {
