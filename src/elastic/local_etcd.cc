@@ -148,26 +148,29 @@ void LocalEtcd::start(int members, int attempt) {
   }
 }
 
-std::vector<std::string> LocalEtcd::member_args(int i) const {
-  return {exe_,
+std::vector<std::string> etcd_member_args(const std::string& exe, const std::string& name,
+                                          const std::string& data_dir, const std::string& client,
+                                          const std::string& peer, const std::string& initial,
+                                          const std::string& token) {
+  return {exe,
           "--name",
-          fmt::format("m{}", i),
+          name,
           "--data-dir",
-          fmt::format("{}/a{}m{}", dir_, attempt_, i),
+          data_dir,
           "--listen-client-urls",
-          fmt::format("http://127.0.0.1:{}", client_[i]),
+          client,
           "--advertise-client-urls",
-          fmt::format("http://127.0.0.1:{}", client_[i]),
+          client,
           "--listen-peer-urls",
-          fmt::format("http://127.0.0.1:{}", peer_[i]),
+          peer,
           "--initial-advertise-peer-urls",
-          fmt::format("http://127.0.0.1:{}", peer_[i]),
+          peer,
           "--initial-cluster",
-          initial_,
+          initial,
           "--initial-cluster-state",
           "new",
           "--initial-cluster-token",
-          fmt::format("bw-{}-{}", ::getpid(), fmt::ptr(this)),
+          token,
           "--heartbeat-interval",
           "50",
           "--election-timeout",
@@ -176,6 +179,13 @@ std::vector<std::string> LocalEtcd::member_args(int i) const {
           "zap",
           "--log-level",
           "error"};
+}
+
+std::vector<std::string> LocalEtcd::member_args(int i) const {
+  return etcd_member_args(exe_, fmt::format("m{}", i), fmt::format("{}/a{}m{}", dir_, attempt_, i),
+                          fmt::format("http://127.0.0.1:{}", client_[i]),
+                          fmt::format("http://127.0.0.1:{}", peer_[i]), initial_,
+                          fmt::format("bw-{}-{}", ::getpid(), fmt::ptr(this)));
 }
 
 void LocalEtcd::wait_healthy(Deadline deadline) {

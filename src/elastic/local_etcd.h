@@ -28,6 +28,14 @@ std::optional<std::string> find_etcd();
 // A loopback TCP port free when asked (InternalError when none can be bound).
 int free_loopback_port();
 
+// The command line of one member `name` of a cluster of members on one machine or network:
+// `client` and `peer` are its URLs (http://ADDR:PORT), `initial` the cluster's
+// "name=peer-url,..." list, `token` the cluster's own. Heartbeat 50 ms, election timeout 250 ms.
+std::vector<std::string> etcd_member_args(const std::string& exe, const std::string& name,
+                                          const std::string& data_dir, const std::string& client,
+                                          const std::string& peer, const std::string& initial,
+                                          const std::string& token);
+
 class LocalEtcd {
  public:
   // Starts `members` members and waits until each serves a linearizable read, before

@@ -419,34 +419,11 @@ void cut_coordinator(const std::string& name, bool own_disks) {
   for (int i = 0; i < 3; ++i) {
     const std::string client = fmt::format("http://{}:{}", hosts.address(0), 2379 + 2 * i);
     const std::string peer = fmt::format("http://{}:{}", hosts.address(0), 2380 + 2 * i);
-    etcd.push_back(
-        std::make_unique<NsProcess>(hosts.host(0),
-                                    std::vector<std::string>{*etcd_exe,
-                                                             "--name",
-                                                             fmt::format("m{}", i),
-                                                             "--data-dir",
-                                                             fmt::format("{}/m{}", data, i),
-                                                             "--listen-client-urls",
-                                                             client,
-                                                             "--advertise-client-urls",
-                                                             client,
-                                                             "--listen-peer-urls",
-                                                             peer,
-                                                             "--initial-advertise-peer-urls",
-                                                             peer,
-                                                             "--initial-cluster",
-                                                             initial,
-                                                             "--initial-cluster-state",
-                                                             "new",
-                                                             "--heartbeat-interval",
-                                                             "50",
-                                                             "--election-timeout",
-                                                             "250",
-                                                             "--logger",
-                                                             "zap",
-                                                             "--log-level",
-                                                             "error"},
-                                    log(fmt::format("etcd{}", i))));
+    etcd.push_back(std::make_unique<NsProcess>(
+        hosts.host(0),
+        etcd_member_args(*etcd_exe, fmt::format("m{}", i), fmt::format("{}/m{}", data, i), client,
+                         peer, initial, fmt::format("bw-netns-{}", getpid())),
+        log(fmt::format("etcd{}", i))));
   }
   struct RemoveData {
     std::string dir;
