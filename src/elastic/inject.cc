@@ -193,15 +193,22 @@ bool Injector::at(int step, const std::string& phase) {
   for (const auto& [index, f] : mine_) {
     if (f.action == "slow") continue;
     if ((f.step != step && !startup_phase(phase)) || f.phase != phase) continue;
+    // kill_coordinator once per process: a standby's fresh store counts from 0 again.
+    if (f.action == "kill_coordinator" && !fired_here_.insert(index).second) continue;
     if (store_->add(keys::inject_fired(index), 1) != 1) continue;
     const auto at = fmt::format("{:.3f}", wall_ms());
     store_->set(keys::inject_time(index), std::vector<uint8_t>(at.begin(), at.end()));
     if (f.action == "nan") {
       poison = true;
     } else if (f.action == "kill_coordinator") {
-      // The coordinator polls the fired key every few milliseconds and kills itself: this
-      // worker's transfer resumes once it is gone.
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      // The coordinator polls the fired key every few milliseconds and kills itself; this
+      // worker's store follows the leadership (failover_store.h), so the key is gone from its
+      // view once a standby's fresh store serves it: the transfer resumes then (at most 30 s).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (store_->check({keys::inject_fired(index)}) &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     } else if (f.action == "kill") {
       ::raise(SIGKILL);
     } else if (f.action == "hang") {

@@ -12,8 +12,8 @@
 // any worker can read it; `kill_coordinator:phase=end`: once every worker reported the end of the
 // run, before the end is published; `kill_coordinator:step=S:phase=state_transfer[:node=N]
 // [:device=D]`: while that worker is in the middle of the state transfer of the generation
-// starting at step S, which it marks in the store, waiting a second for the coordinator to go; for
-// runs whose control store is etcd, with a standby to take over; the coordinator kills itself
+// starting at step S, which it marks in the store, waiting until a new leader's store serves it;
+// for runs whose control store is etcd, with a standby to take over; the coordinator kills itself
 // once per run, after a fenced create of the fault's key). Phases: agent_startup (the node's agent
 // itself is killed or stopped before its first heartbeat, before it starts its workers; kill and
 // hang only, `step` and `device` ignored; fired by the agent through its own Injector with
@@ -34,6 +34,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,8 @@ class Layer;
 namespace bw::elastic {
 
 struct FaultSpec {
-  std::string action;  // kill | hang | agent | nan | slow | kill_coordinator
-  int node = 0;        // -1: kill_coordinator (no node's)
+  std::string action;   // kill | hang | agent | nan | slow | kill_coordinator
+  int node = 0;         // -1: kill_coordinator (no node's)
   double factor = 1.0;  // slow only
   int device = 0;
   int step = 0;
@@ -64,7 +65,8 @@ double wall_ms();
 
 class Injector {
  public:
-  Injector(std::vector<FaultSpec> specs, int node, int device, c10::intrusive_ptr<c10d::Store> store);
+  Injector(std::vector<FaultSpec> specs, int node, int device,
+           c10::intrusive_ptr<c10d::Store> store);
   // Fires every spec of this worker for (step, phase) that has not fired yet; true when one of
   // them is `nan` (the caller then poisons its gradients with poison_gradients()).
   bool at(int step, const std::string& phase);
@@ -75,6 +77,7 @@ class Injector {
 
  private:
   std::vector<std::pair<int, FaultSpec>> mine_;  // (index in the list, spec)
+  std::set<int> fired_here_;                     // kill_coordinator specs this process fired
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
