@@ -123,10 +123,14 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
 
   // The standbys once the active coordinator leads (a standby that won first would find no run).
   const auto lead_by = std::chrono::steady_clock::now() + 300s;
+  bool led = false;  // also when it died after taking the lead: its key outlives it a while
   for (;;) {
-    if (!running(coordinators[0].process)) break;  // its error is on the terminal
     const auto pid = leader_pid(*store);
-    if (pid && *pid == coordinators[0].process.pid()) break;
+    if (pid && *pid == coordinators[0].process.pid()) {
+      led = true;
+      break;
+    }
+    if (!running(coordinators[0].process)) break;  // its error is on the terminal
     if (std::chrono::steady_clock::now() > lead_by) {
       throw CommError(fmt::format(
           "the coordinator (pid {}) did not take the lead of run '{}' in {} within 300 s",
@@ -138,7 +142,7 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
     }
     std::this_thread::sleep_for(20ms);
   }
-  if (running(coordinators[0].process)) {
+  if (led) {
     for (int i = 1; i <= config.elastic.standbys; ++i) coordinators.push_back(coordinator(i));
     if (!launch.quiet) {
       std::vector<std::string> standbys;
