@@ -1056,6 +1056,16 @@ void collect_traces(c10d::Store& store, RunReport& report) {
   }
 }
 
+// elastic.inject's kill_coordinator spec `index` acts: this process writes the time of its death
+// (a fenced create, so once per run over every coordinator), then SIGKILLs itself; nothing when
+// the key was there already.
+void kill_once(Leadership& lead, int index, const std::string& when) {
+  const auto at = fmt::format("{:.3f}", wall_ms());
+  if (lead.decide(keys::coordinator_fault(index), at) != at) return;
+  runtime::log(runtime::LogLevel::kWarn, "elastic.inject: killing this coordinator {}", when);
+  ::raise(SIGKILL);
+}
+
 // --control etcd://...: connects (ConfigError naming the endpoints when none answers, or an etcd
 // older than 3.4) and takes the lead of the run id (leadership.h).
 std::unique_ptr<Leadership> lead_run(RunSetup& setup, const CoordinatorOptions& options) {
@@ -1309,34 +1319,28 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   Nodes& nodes = remote ? static_cast<Nodes&>(*hosts) : static_cast<Nodes&>(*local);
   Supervisor sup(store, clock, nodes, ctx, setup.run, supervisor_options(setup));
   connect_supervisor(sup, setup, report, store);
+  std::vector<int> killed_by_worker;  // kill_coordinator specs a worker marks (see below)
   if (lead) {
     // Test hook (tests/elastic/leadership_test.cc): BW_KILL_AFTER_DECISION=<n> kills this
     // process right after its n-th decision is durable in etcd, before any worker can read it.
     int kill_after = -1;
     if (const char* v = std::getenv("BW_KILL_AFTER_DECISION")) kill_after = std::atoi(v);
-    // elastic.inject's kill_coordinator:step=S: this process dies right after the commit of step
-    // S is durable, once per run (a fenced create of the fault's key, holding the time of death).
+    // elastic.inject's kill_coordinator specs by when they act: step=S right after the commit of
+    // step S is durable; phase=end once every worker reported the end (its final shards durable,
+    // its checksums sent), before the end is published; phase=state_transfer when a worker marks
+    // it in the store mid-transfer (polled in the loop below).
     std::map<int, int> kill_at;  // step -> index of the spec
-    std::optional<int> kill_at_end;
     for (size_t i = 0; i < setup.faults.size(); ++i) {
-      if (setup.faults[i].action != "kill_coordinator") continue;
-      if (setup.faults[i].phase == "end") {
-        kill_at_end = static_cast<int>(i);
+      const auto& f = setup.faults[i];
+      if (f.action != "kill_coordinator") continue;
+      const int index = static_cast<int>(i);
+      if (f.phase == "end") {
+        sup.on_end = [lead, index] { kill_once(*lead, index, "at the end of the run"); };
+      } else if (f.phase == "state_transfer") {
+        killed_by_worker.push_back(index);
       } else {
-        kill_at.emplace(setup.faults[i].step, static_cast<int>(i));
+        kill_at.emplace(f.step, index);
       }
-    }
-    // kill_coordinator:phase=end: once every worker reported the end (its final shards durable,
-    // its checksums sent), before the end is published.
-    if (kill_at_end) {
-      sup.on_end = [lead, index = *kill_at_end] {
-        const auto at = fmt::format("{:.3f}", wall_ms());
-        if (lead->decide(keys::coordinator_fault(index), at) == at) {
-          runtime::log(runtime::LogLevel::kWarn,
-                       "elastic.inject: killing this coordinator at the end of the run");
-          ::raise(SIGKILL);
-        }
-      };
     }
     sup.on_decide = [lead, kill_after, kill_at, decided = 0](const std::string& key,
                                                              const std::string& text) mutable {
@@ -1345,13 +1349,7 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
       const auto spec = kill_at.find(std::stoi(key.substr(key.rfind('/') + 1)));
       const auto d = decode_decision(stands, key);
       if (spec != kill_at.end() && (d == Decision::kCommit || d == Decision::kLast)) {
-        const auto at = fmt::format("{:.3f}", wall_ms());
-        if (lead->decide(keys::coordinator_fault(spec->second), at) == at) {
-          runtime::log(runtime::LogLevel::kWarn,
-                       "elastic.inject: killing this coordinator after the commit of step {}",
-                       spec->first);
-          ::raise(SIGKILL);
-        }
+        kill_once(*lead, spec->second, fmt::format("after the commit of step {}", spec->first));
       }
       return stands;
     };
@@ -1376,23 +1374,9 @@ void run_cluster(RunSetup& setup, RunReport& report, const CoordinatorOptions& o
   }
   runtime::log(runtime::LogLevel::kInfo, "store on {}:{}, {} nodes", listen.host, store->getPort(),
                ctx.cluster.num_nodes);
-  // kill_coordinator:...:phase=state_transfer: a worker marks the fault in the store mid-transfer.
-  std::vector<int> killed_by_worker;
-  for (size_t i = 0; i < setup.faults.size(); ++i) {
-    if (lead && setup.faults[i].action == "kill_coordinator" &&
-        setup.faults[i].phase == "state_transfer") {
-      killed_by_worker.push_back(static_cast<int>(i));
-    }
-  }
   auto kill_if_marked = [&] {
     for (int i : killed_by_worker) {
-      if (!store->check({keys::inject_fired(i)})) continue;
-      const auto at = fmt::format("{:.3f}", wall_ms());
-      if (lead->decide(keys::coordinator_fault(i), at) == at) {
-        runtime::log(runtime::LogLevel::kWarn,
-                     "elastic.inject: killing this coordinator during a state transfer");
-        ::raise(SIGKILL);
-      }
+      if (store->check({keys::inject_fired(i)})) kill_once(*lead, i, "during a state transfer");
     }
   };
   bool asked = false;

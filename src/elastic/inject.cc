@@ -63,7 +63,8 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
     std::stringstream parts(entry);
     std::string part;
     FaultSpec f;
-    bool has_node = false, has_step = false, has_phase = false, has_factor = false;
+    bool has_node = false, has_step = false, has_phase = false, has_factor = false,
+         has_device = false;
     std::getline(parts, f.action, ':');
     if (kActions.count(f.action) == 0) {
       throw ConfigError(fmt::format("elastic.inject entry '{}': unknown action '{}'; use {}", entry,
@@ -81,6 +82,7 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
         has_step = true;
       } else if (key == "device") {
         f.device = parse_int(entry, key, value);
+        has_device = true;
       } else if (key == "factor" && f.action == "slow") {
         size_t used = 0;
         try {
@@ -117,7 +119,7 @@ std::vector<FaultSpec> parse_faults(const std::string& text) {
       // coordinator through the store and waits for it to go).
       const bool end = has_phase && f.phase == "end";
       const bool transfer = has_phase && f.phase == "state_transfer";
-      if (has_factor || (!transfer && (has_node || entry.find("device=") != std::string::npos)) ||
+      if (has_factor || (!transfer && (has_node || has_device)) ||
           (has_phase && f.phase != "commit" && !end && !transfer) || has_step == end) {
         throw ConfigError(fmt::format(
             "elastic.inject entry '{}': kill_coordinator takes step= (the leading coordinator is "

@@ -57,11 +57,6 @@ class SignalCount {
   struct sigaction old_term_ {};
 };
 
-struct Coordinator {
-  ChildProcess process;
-  std::string out_dir;
-};
-
 bool running(ChildProcess& p) { return !p.poll().has_value(); }
 
 // The leader's pid, when one leads the run (nullopt while the control store does not answer).
@@ -106,10 +101,10 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
         run_id, "--wait-s",    "120",       "--no-agent-hint", "--train.out_dir=" + dir};
     if (i > 0) args.push_back("--standby");
     args.insert(args.end(), launch.coordinator.begin(), launch.coordinator.end());
-    return Coordinator{ChildProcess::spawn(exe, args), dir};
+    return ChildProcess::spawn(exe, args);
   };
   SignalCount signals;
-  std::vector<Coordinator> coordinators;
+  std::vector<ChildProcess> coordinators;
   coordinators.push_back(coordinator(0));
   std::vector<ChildProcess> agents;
   for (int n = 0; n < config.cluster.nodes; ++n) {
@@ -126,18 +121,18 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
   bool led = false;  // also when it died after taking the lead: its key outlives it a while
   for (;;) {
     const auto pid = leader_pid(*store);
-    if (pid && *pid == coordinators[0].process.pid()) {
+    if (pid && *pid == coordinators[0].pid()) {
       led = true;
       break;
     }
-    if (!running(coordinators[0].process)) break;  // its error is on the terminal
+    if (!running(coordinators[0])) break;  // its error is on the terminal
     if (std::chrono::steady_clock::now() > lead_by) {
       throw CommError(fmt::format(
           "the coordinator (pid {}) did not take the lead of run '{}' in {} within 300 s",
-          coordinators[0].process.pid(), run_id, store->describe()));
+          coordinators[0].pid(), run_id, store->describe()));
     }
     if (g_launch_signals > 0) {
-      ::kill(coordinators[0].process.pid(), SIGINT);
+      ::kill(coordinators[0].pid(), SIGINT);
       break;
     }
     std::this_thread::sleep_for(20ms);
@@ -147,16 +142,16 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
     if (!launch.quiet) {
       std::vector<std::string> standbys;
       for (size_t i = 1; i < coordinators.size(); ++i) {
-        standbys.push_back(std::to_string(coordinators[i].process.pid()));
+        standbys.push_back(std::to_string(coordinators[i].pid()));
       }
       fmt::print(
           stderr, "control: {}{}; coordinator pid {} leads{}; agents' logs in {}/agent-N.log\n",
           store->describe(),
           etcd ? fmt::format(" (3 members on loopback, data in {})", etcd->dir()) : "",
-          coordinators[0].process.pid(),
+          coordinators[0].pid(),
           standbys.empty() ? std::string()
                            : fmt::format(", standby pid(s) {} (kill -9 {} hands the run over)",
-                                         fmt::join(standbys, ", "), coordinators[0].process.pid()),
+                                         fmt::join(standbys, ", "), coordinators[0].pid()),
           out);
       std::fflush(stderr);
     }
@@ -170,11 +165,11 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
     if (g_launch_signals > passed_on) {
       passed_on = g_launch_signals;
       for (auto& c : coordinators) {
-        if (running(c.process)) ::kill(c.process.pid(), SIGINT);
+        if (running(c)) ::kill(c.pid(), SIGINT);
       }
     }
     const bool any_coordinator = std::any_of(coordinators.begin(), coordinators.end(),
-                                             [](Coordinator& c) { return running(c.process); });
+                                             [](ChildProcess& c) { return running(c); });
     const bool any_agent =
         std::any_of(agents.begin(), agents.end(), [](ChildProcess& a) { return running(a); });
     if (!any_coordinator && !any_agent) break;
@@ -186,14 +181,14 @@ int run_with_standbys(runtime::RunConfig config, const StandbyLaunch& launch) {
         (agents_gone && now - *agents_gone >
                             std::chrono::duration<double>(config.elastic.step_timeout_s + 300.0))) {
       for (auto& a : agents) a.kill();
-      for (auto& c : coordinators) c.process.kill();
+      for (auto& c : coordinators) c.kill();
       break;
     }
     std::this_thread::sleep_for(20ms);
   }
   int status = -1;
   for (auto& c : coordinators) {
-    const int s = c.process.poll().value_or(128 + SIGKILL);
+    const int s = c.poll().value_or(128 + SIGKILL);
     if (s != 128 + SIGKILL) status = std::max(status, s);
   }
   if (status < 0) {
