@@ -99,6 +99,21 @@ else()
   target_include_directories(bw_torch SYSTEM INTERFACE
       "${BW_TORCH_ROOT}/include" "${BW_TORCH_ROOT}/include/torch/csrc/api/include")
   target_compile_definitions(bw_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+  # The definitions LibTorch declares for libtorch_cpu's users (Caffe2Targets.cmake; for PyTorch's
+  # wheel USE_DISTRIBUTED, USE_C10D_GLOO, USE_RPC, USE_TENSORPIPE). Its headers lay out some
+  # classes by them, so they must match the library. They are also what -DBW_CUDA=ON gets through
+  # find_package(Torch), so that every file whose preprocessed text does not differ between the
+  # variants compiles to the same object, and ccache serves it to the other variant.
+  set(BW_CAFFE2_TARGETS "${BW_TORCH_ROOT}/share/cmake/Caffe2/Caffe2Targets.cmake")
+  if(EXISTS "${BW_CAFFE2_TARGETS}")
+    file(READ "${BW_CAFFE2_TARGETS}" BW_CAFFE2_TEXT)
+    string(REGEX MATCH "add_library\\(torch_cpu SHARED IMPORTED\\)[^)]*INTERFACE_COMPILE_DEFINITIONS \"([^\"]*)\""
+           BW_TORCH_CPU_DEFS_MATCH "${BW_CAFFE2_TEXT}")
+    if(BW_TORCH_CPU_DEFS_MATCH)
+      target_compile_definitions(bw_torch INTERFACE ${CMAKE_MATCH_1})
+      message(STATUS "libtorch_cpu's compile definitions: ${CMAKE_MATCH_1}")
+    endif()
+  endif()
 endif()
 
 # LibTorch's fmt, and only it, for every target (see above).
