@@ -173,10 +173,11 @@ int last_port = 0;
 
 // A run of `steps` steps of the tiny model, 2 workers on one agent, coordinator and agent on
 // loopback; `control` empty: the embedded store. `during` runs in the test while the coordinator
-// does (given its pid).
+// does (given its pid). `agent_wait_s`: the agent's --wait-s, which is also how long it outlives a
+// coordinator that is gone.
 template <class During>
 Run run(const std::string& name, int steps, const std::vector<std::string>& control, During during,
-        const std::string& base = dir()) {
+        const std::string& base = dir(), int agent_wait_s = 20) {
   Run r;
   r.out_dir = (fs::path(base) / name).string();
   const int port = etcd_test::free_port();
@@ -196,9 +197,9 @@ Run run(const std::string& name, int steps, const std::vector<std::string>& cont
   fs::create_directories(fs::path(r.out_dir).parent_path());
   auto agent = ChildProcess::spawn(
       "/bin/sh", {"sh", "-c",
-                  fmt::format("exec '{}' agent --coordinator {} --node-name local --wait-s 20 "
+                  fmt::format("exec '{}' agent --coordinator {} --node-name local --wait-s {} "
                               ">'{}' 2>&1",
-                              BW_BINARY, at, r.agent_log)});
+                              BW_BINARY, at, agent_wait_s, r.agent_log)});
   r.coordinator = bw::testing::run_cli(args, r.out_dir + ".log", kDeadlineS, during);
   // An agent whose coordinator is gone gives up after its --wait-s.
   r.agent = agent.wait_or_kill(std::chrono::seconds(40));
@@ -234,6 +235,9 @@ std::vector<WatchEvent> history(ControlStore& store, const std::string& prefix) 
 }
 
 constexpr int kSteps = 8;
+// The agent's --wait-s where the coordinator is meant to exit (3) and leave its agent behind: long
+// enough for the coordinator to come up on a loaded machine, short enough not to idle the suite.
+constexpr int kShortAgentWaitS = 8;
 
 // The same run on the embedded store, once per build for every process of this binary (CTest runs
 // each case in its own), under a lock.
@@ -396,7 +400,8 @@ TEST(FencedRun, TwoOfThreeMembersLostPastTheLeaderlessTimeoutEndTheRunWithExit3)
             decided = wait_for_decision(*store, 2).has_value();
             cluster.kill(0);
             cluster.kill(1);
-          });
+          },
+          dir(), kShortAgentWaitS);
   ASSERT_TRUE(decided) << "no decision 2";
   EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
   EXPECT_NE(got.coordinator.output.find("did not answer for 3 s"), std::string::npos)
@@ -454,8 +459,10 @@ TEST(FencedRun, ACoordinatorPausedPastItsLeaseExitsAtResumptionWithoutSideEffect
               } catch (const std::exception&) {
                 break;  // the store is gone
               }
+              std::this_thread::sleep_for(20ms);
             }
-          });
+          },
+          dir(), kShortAgentWaitS);
   ASSERT_TRUE(failure.empty()) << failure;
   EXPECT_EQ(got.coordinator.status, 3) << got.coordinator.output;
   EXPECT_NE(got.coordinator.output.find("lost leadership"), std::string::npos)
