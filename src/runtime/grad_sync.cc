@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "runtime/optimizer.h"
 #include "runtime/shard.h"
 
 namespace bw::runtime {
@@ -179,7 +180,7 @@ std::pair<double, double> GradSync::global_norm_and_loss(double local_loss) {
   for (int l : owned_layers_) {
     for (const auto& [name, p] : layers_.at(l)->parameter_list()) {
       if (norm_skip_.count({l, name}) > 0) continue;  // counted with its primary copy
-      sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      sq += sum_of_squares(p.grad());
     }
   }
   if (shards_ != nullptr) sq += shards_->counted_sq_norm();

@@ -43,8 +43,13 @@ double lr_at(int step, const TrainConfig& config);
 // max_norm is 0 (no clipping).
 double clip_scale(double total_sq_norm, double max_norm);
 
-// Sum of squared gradient entries of `params` (undefined gradients count 0), accumulated in
-// double: a worker's share of the global squared norm.
+// Sum of the squares of t's entries in double: each square exact (a float's square fits a
+// double's mantissa), summed in a fixed order whatever the thread count. A contiguous float32
+// tensor on the CPU is read once, with no copy; any other goes through t.to(double).pow(2).sum().
+double sum_of_squares(const at::Tensor& t);
+
+// Sum of squared gradient entries of `params` (undefined gradients count 0; sum_of_squares of
+// each, in order): a worker's share of the global squared norm.
 double grad_sq_norm(const std::vector<at::Tensor>& params);
 
 struct ParamState {

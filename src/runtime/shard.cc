@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "runtime/optimizer.h"
 
 namespace bw::runtime {
 namespace {
@@ -250,11 +251,7 @@ double StageShards::counted_sq_norm() const {
   for (const auto& seg : segments_) {
     if (seg.ranks.front() != rank_) continue;
     const auto& sh = state_.shards().at(seg.layer);
-    sq += sh.grad.narrow(0, seg.begin - sh.begin, seg.end - seg.begin)
-              .to(torch::kFloat64)
-              .pow(2)
-              .sum()
-              .item<double>();
+    sq += sum_of_squares(sh.grad.narrow(0, seg.begin - sh.begin, seg.end - seg.begin));
   }
   return sq;
 }

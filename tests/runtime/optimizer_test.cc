@@ -1,7 +1,7 @@
 // Optimizer: the AdamW + warm-up/cosine + clipping update equals a closed-form AdamW written out
 // here in double precision, for several steps over tensors of several shapes; the LR schedule
 // matches its formula at the points where it has known values; a restored state continues
-// bitwise.
+// bitwise; the gradient norm's sum of squares matches a long-double sum on any thread count.
 #include "runtime/optimizer.h"
 
 #include <fmt/format.h>
@@ -63,6 +63,33 @@ TEST(GradSqNorm, SumsSquaresOfDefinedGrads) {
   a.mutable_grad() = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2});
   b.mutable_grad() = torch::tensor({0.5f, -0.5f, 2.0f});
   EXPECT_DOUBLE_EQ(grad_sq_norm({a, b, c}), 1 + 4 + 9 + 16 + 0.25 + 0.25 + 4);
+}
+
+// sum_of_squares against a sum in long double of the exact squares, over sizes around its
+// 16-lane groups and 65,536-element blocks, values spanning 12 decades; the same bits on 1 and 3
+// threads; and non-contiguous, bf16 and fp64 tensors through the generic path.
+TEST(SumOfSquares, MatchesLongDoubleAnyThreadCount) {
+  torch::manual_seed(3);
+  const int threads = at::get_num_threads();
+  for (int64_t n : {0, 1, 15, 16, 17, 1000, 65535, 65536, 65537, 3 * 65536 + 5}) {
+    auto t = torch::randn({n}) * torch::pow(10.0, torch::randint(-6, 6, {n}).to(torch::kFloat));
+    const float* p = t.const_data_ptr<float>();
+    long double ref = 0;
+    for (int64_t i = 0; i < n; ++i) ref += static_cast<long double>(p[i]) * p[i];
+    at::set_num_threads(1);
+    const double one = sum_of_squares(t);
+    at::set_num_threads(3);
+    const double three = sum_of_squares(t);
+    at::set_num_threads(threads);
+    EXPECT_EQ(one, three) << "n " << n;
+    EXPECT_NEAR(one, static_cast<double>(ref), 1e-13 * static_cast<double>(ref)) << "n " << n;
+  }
+  auto m = torch::randn({300, 70});
+  const double whole = sum_of_squares(m);
+  EXPECT_NEAR(sum_of_squares(m.t()), whole, 1e-13 * whole);  // transposed: generic path
+  EXPECT_NEAR(sum_of_squares(m.to(torch::kFloat64)), whole, 1e-13 * whole);
+  auto b = m.to(torch::kBFloat16);
+  EXPECT_NEAR(sum_of_squares(b), b.to(torch::kFloat64).pow(2).sum().item<double>(), 1e-13 * whole);
 }
 
 // The reference: plain AdamW (Loshchilov & Hutter, Algorithm 2 with decoupled decay scaled by
