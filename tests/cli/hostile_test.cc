@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "../scratch.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -34,10 +35,7 @@ constexpr rlim_t kAddressSpaceBytes = rlim_t{6} << 30;  // LibTorch maps ~1-2 Gi
 
 std::string dir() {
   static const std::string d = [] {
-    auto p = fs::path(::testing::TempDir()) / fmt::format("bw_hostile_{}", getpid());
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
+    return bw::testing::process_scratch("bw_hostile").string();
   }();
   return d;
 }

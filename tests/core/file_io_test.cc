@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "../scratch.h"
 
 namespace bw::io {
 namespace {
@@ -21,9 +22,7 @@ namespace fs = std::filesystem;
 
 std::string dir() {
   static const std::string d = [] {
-    auto p = fs::path(::testing::TempDir()) / ("bw_file_io_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p.string();
+    return bw::testing::process_scratch("bw_file_io").string();
   }();
   return d;
 }

@@ -11,15 +11,14 @@
 #include <random>
 
 #include "core/error.h"
+#include "../scratch.h"
 
 namespace bw::data {
 namespace {
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::path(::testing::TempDir()) / ("bw_dataset_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  return (bw::testing::process_scratch("bw_dataset_test") / name).string();
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

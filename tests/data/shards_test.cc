@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "../scratch.h"
 
 namespace bw::data {
 namespace {
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir =
-      fs::path(::testing::TempDir()) / ("bw_shards_test_" + std::to_string(::getpid())) / name;
+      bw::testing::process_scratch("bw_shards_test") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

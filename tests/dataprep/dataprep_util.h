@@ -17,16 +17,14 @@
 
 #include "core/error.h"
 #include "test_util.h"  // tests/tokenizer: tiny_tokenizer
+#include "../scratch.h"
 
 namespace bw::dataprep::testing {
 namespace fs = std::filesystem;
 
 inline std::string scratch() {
   static const std::string d = [] {
-    auto p = fs::path(::testing::TempDir()) / fmt::format("bw_dataprep_{}", getpid());
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
+    return bw::testing::process_scratch("bw_dataprep").string();
   }();
   return d;
 }

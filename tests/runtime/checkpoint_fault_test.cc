@@ -21,14 +21,14 @@
 #include "runtime/config.h"
 #include "runtime/fault_points.h"
 #include "runtime/resume_check.h"
+#include "../scratch.h"
 
 namespace bw::runtime {
 namespace {
 namespace fs = std::filesystem;
 
 std::string scratch(const std::string& name) {
-  auto p = fs::path(::testing::TempDir()) /
-           fmt::format("bw_ckpt_fault_{}", ::getpid()) / name;
+  auto p = bw::testing::process_scratch("bw_ckpt_fault") / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

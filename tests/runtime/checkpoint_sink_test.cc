@@ -21,6 +21,7 @@
 #include "runtime/checkpointing.h"
 #include "runtime/config.h"
 #include "runtime/fault_points.h"
+#include "../scratch.h"
 
 namespace bw::runtime {
 namespace {
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 std::string scratch(const std::string& name) {
-  auto p = fs::path(::testing::TempDir()) / fmt::format("bw_ckpt_sink_{}", ::getpid()) / name;
+  auto p = bw::testing::process_scratch("bw_ckpt_sink") / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

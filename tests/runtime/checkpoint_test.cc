@@ -16,6 +16,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "runtime/safetensors_map.h"
+#include "../scratch.h"
 
 namespace bw::runtime {
 namespace {
@@ -23,10 +24,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir =
-      fs::path(::testing::TempDir()) / ("bw_checkpoint_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  return (bw::testing::process_scratch("bw_checkpoint_test") / name).string();
 }
 
 std::string read_bytes(const std::string& path) {

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "../scratch.h"
+
 namespace bw::testing {
 
 struct CliResult {
@@ -27,20 +29,6 @@ struct CliResult {
   pid_t pid = -1;
 };
 
-// A scratch directory removed at exit (kept when BW_KEEP_TEST_FILES is set, for debugging).
-inline std::string scratch_dir(const std::string& path) {
-  struct Remover {
-    std::string path;
-    ~Remover() {
-      if (std::getenv("BW_KEEP_TEST_FILES") == nullptr) std::filesystem::remove_all(path);
-    }
-  };
-  static std::vector<std::unique_ptr<Remover>> removers;
-  std::filesystem::create_directories(path);
-  removers.push_back(std::make_unique<Remover>());
-  removers.back()->path = path;
-  return path;
-}
 
 // Whether the tests' oracles (transformers, tokenizers: scripts/requirements-test.txt) must be
 // present: in CI, which sets CI=true and installs them, a test that cannot run its oracle fails;

@@ -44,9 +44,7 @@ struct Case {
 };
 
 fs::path temp_root() {
-  static fs::path root =
-      fs::path(::testing::TempDir()) / ("bw_hf_test_" + std::to_string(::getpid()));
-  return root;
+  return bw::testing::process_scratch("bw_hf_test");
 }
 
 // Runs the oracle; 77 = transformers is missing.

@@ -18,13 +18,14 @@
 #include <thread>
 
 #include "core/error.h"
+#include "../scratch.h"
 
 namespace bw::runtime {
 namespace {
 namespace fs = std::filesystem;
 
 std::string scratch(const std::string& name) {
-  auto p = fs::path(::testing::TempDir()) / fmt::format("bw_lock_{}", ::getpid()) / name;
+  auto p = bw::testing::process_scratch("bw_lock") / name;
   fs::remove_all(p);
   return p.string();
 }
