@@ -2,9 +2,14 @@
 
 #include <fmt/core.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -71,6 +76,19 @@ std::vector<std::string> reversed_args(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 void print_command_paths(const CLI::App& app) { list_paths(app, ""); }
+
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                           "MALLOC_MMAP_MAX_", "MALLOC_ARENA_MAX"}) {
+    if (std::getenv(name) != nullptr) return;
+  }
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
 
 int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra) {
   CLI::App app{

@@ -21,6 +21,13 @@ struct ExtraCommand {
 
 int run_app(int argc, char** argv, const std::vector<ExtraCommand>& extra = {});
 
+// Both executables call this first. glibc then serves blocks up to 256 MB from its heap and gives
+// the heap's top back to the kernel only beyond 1 GB free, so memory freed by one table or one
+// training step is reused by the next instead of being mapped and faulted in again (docs/cli.md
+// "Start-up costs"; docs/models.md "Host memory and the gradient norm"). Allocator settings in the
+// environment (GLIBC_TUNABLES' glibc.malloc.*, glibc's MALLOC_*_ variables) are kept instead.
+void keep_freed_memory();
+
 // `--list-commands` (not in --help): prints every subcommand path this executable knows, one a
 // line ("profile measure"), hidden ones included; tests compare the two executables with it.
 void print_command_paths(const CLI::App& app);

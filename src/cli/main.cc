@@ -5,9 +5,6 @@
 // (plus OMP_WAIT_POLICY, below), same output, same exit status.
 #include <fmt/core.h>
 #include <unistd.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <cerrno>
 #include <cstdlib>
@@ -77,13 +74,9 @@ int main(int argc, char** argv) {
 #ifdef BW_HAVE_TORCH
   if (const auto* c = bw::cli::find_torch_command(argc, argv)) bw::cli::exec_torch(*c, argv);
 #endif
-#ifdef __GLIBC__
   // The pure commands allocate and free tables of tens of MB one after the other (lowering,
-  // validation, simulation): serve them from the heap and keep freed memory for the next one
-  // instead of mapping fresh pages each time (docs/cli.md, "Start-up costs").
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
+  // validation, simulation): keep freed memory for the next one.
+  bw::cli::keep_freed_memory();
 #ifdef BW_HAVE_TORCH
   for (const auto& c : bw::cli::torch_commands())
     extra.push_back(

@@ -20,11 +20,10 @@
 // the same model in eager PyTorch (whose Python process keeps more of its heap). With blocks
 // below 256 MB served from the heap and the top kept up to 1 GB, a step after the first faults
 // ~600 pages; a worker's resident memory stays at its step's high-water mark, which every step
-// reaches again anyway.
+// reaches again anyway (cli::keep_freed_memory). Allocator settings the user gave are kept, as for
+// the wait policy: docs/runtime.md measures the sharded stages' memory with a fixed mmap threshold
+// that way.
 #include <unistd.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <cstdlib>
 
@@ -36,10 +35,7 @@ int main(int argc, char** argv) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
   }
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
+  bw::cli::keep_freed_memory();
   // The coordinator's measure of how long this binary takes to start (an agent's allowance).
   bw::elastic::note_main_entered();
   return bw::cli::run_app(argc, argv);
