@@ -29,7 +29,6 @@ struct CliResult {
   pid_t pid = -1;
 };
 
-
 // Whether the tests' oracles (transformers, tokenizers: scripts/requirements-test.txt) must be
 // present: in CI, which sets CI=true and installs them, a test that cannot run its oracle fails;
 // elsewhere it skips with one line (BW_SKIP_WITHOUT_ORACLE).
