@@ -23,6 +23,7 @@
 #include <algorithm>
 
 #include "cli_runner.h"
+#include "../oracle_client.h"
 #include "test_util.h"  // tests/tokenizer: tiny_tokenizer
 #include "tokenizer/tokenizer.h"
 
@@ -54,12 +55,12 @@ Run run(const std::string& name, const std::string& args) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out.string()), read_text(err.string())};
 }
 
-// Runs hf_oracle.py; 77 = transformers is missing.
+// Runs hf_oracle.py (through its server, tests/oracle_client.h) with `args`, space-separated;
+// 77 = transformers is missing.
 int oracle(const std::string& args) {
-  const std::string cmd = fmt::format("{} {}/tests/runtime/hf_oracle.py {} >> {}/oracle.log 2>&1",
-                                      BW_PYTHON, BW_SOURCE_DIR, args, root().string());
-  const int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return bw::testing::run_oracle(BW_PYTHON, BW_SOURCE_DIR "/tests/runtime/hf_oracle.py",
+                                 bw::testing::split_words(args), (root() / "oracle.log").string(),
+                                 /*append=*/true);
 }
 
 std::vector<int64_t> ids_of(const std::string& line) {

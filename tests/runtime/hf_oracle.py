@@ -17,7 +17,8 @@
   hf_oracle.py generate DIR IDS N OUT               greedy model.generate(do_sample=False) of N
                                                     new tokens after the comma-separated IDS;
                                                     the new ids, space-separated, into OUT
-Exit 77 when transformers is not importable (the test skips).
+Exit 77 when transformers is not importable (the test skips). The tests run it through
+tests/oracle_server.py, which imports this file once and calls main(argv) in a fork per request.
 """
 import sys
 
@@ -103,16 +104,20 @@ def generate(folder, ids, n, out):
         f.write(" ".join(str(t) for t in new) + "\n")
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]), int(sys.argv[6]),
-             int(sys.argv[7]) if len(sys.argv) > 7 else 96,
-             int(sys.argv[8]) if len(sys.argv) > 8 else 12,
-             float(sys.argv[9]) if len(sys.argv) > 9 else 1.0,
-             float(sys.argv[10]) if len(sys.argv) > 10 else
-             (float(sys.argv[9]) if len(sys.argv) > 9 else 1.0),
-             sys.argv[11] if len(sys.argv) > 11 else "float32")
-    elif sys.argv[1] == "generate":
-        generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+def main(argv):
+    if argv[1] == "make":
+        make(argv[2], argv[3], argv[4] == "1", int(argv[5]), int(argv[6]),
+             int(argv[7]) if len(argv) > 7 else 96,
+             int(argv[8]) if len(argv) > 8 else 12,
+             float(argv[9]) if len(argv) > 9 else 1.0,
+             float(argv[10]) if len(argv) > 10 else (float(argv[9]) if len(argv) > 9 else 1.0),
+             argv[11] if len(argv) > 11 else "float32")
+    elif argv[1] == "generate":
+        generate(argv[2], argv[3], int(argv[4]), argv[5])
     else:
-        run(sys.argv[2], sys.argv[3], sys.argv[4])
+        run(argv[2], argv[3], argv[4])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

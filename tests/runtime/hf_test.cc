@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "cli_runner.h"
+#include "../oracle_client.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/dataset.h"
@@ -47,12 +48,12 @@ fs::path temp_root() {
   return bw::testing::process_scratch("bw_hf_test");
 }
 
-// Runs the oracle; 77 = transformers is missing.
+// Runs the oracle (through its server, tests/oracle_client.h) with `args`, space-separated;
+// 77 = transformers is missing.
 int oracle(const std::string& args) {
-  const std::string cmd = fmt::format("{} {}/tests/runtime/hf_oracle.py {} > {}/oracle.log 2>&1",
-                                      BW_PYTHON, BW_SOURCE_DIR, args, temp_root().string());
-  const int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return bw::testing::run_oracle(BW_PYTHON, BW_SOURCE_DIR "/tests/runtime/hf_oracle.py",
+                                 bw::testing::split_words(args),
+                                 (temp_root() / "oracle.log").string());
 }
 
 // A transformers model in a fresh folder, or "" (and the test skips) without transformers. Its
