@@ -6,10 +6,14 @@
 // "same training" tolerances of tests/same_training.h, for 10 steps at lr 1e-2 (fp32: losses
 // 1e-5, parameters 2^-12 x 10 x 1e-2 + 1e-4 |p|). The coordinator also checks that the replicas of
 // every layer end bitwise identical (else it exits non-zero).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +23,7 @@
 #include <ostream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "../same_training.h"
 #include "cli_runner.h"
@@ -62,29 +67,9 @@ struct RunOutput {
   std::string log;
 };
 
-// `devices` 0: the cluster comes from `extra` (cluster.nodes x cluster.devices_per_node).
-RunOutput train(const std::string& name, std::vector<std::string> extra, int devices,
-                const std::string& model, int steps = kSteps, bool quiet = true) {
-  const auto out_dir = (fs::path(work_dir()) / name).string();
-  std::vector<std::string> args = {"train", "--model.name=" + model, "--data.path=" + corpus(),
-                                   fmt::format("--train.steps={}", steps), "--train.warmup_steps=3",
-                                   "--train.lr=1e-2", "--train.sample_tokens=0",
-                                   "--pipeline.microbatches=6", "--pipeline.microbatch_size=2",
-                                   // Single-pipeline cases ([2]) survive no failure.
-                                   "--pipeline.fault_tolerance=0", "--train.out_dir=" + out_dir};
-  if (devices > 0) args.push_back(fmt::format("--devices={}", devices));
-  if (quiet) args.push_back("--quiet");
-  args.insert(args.end(), extra.begin(), extra.end());
-  // A deadline against hangs, not a speed limit: long runs (200 steps of emulated bf16 on a
-  // loaded 2-core machine) get time in proportion to their steps.
-  const double deadline_s = std::max(kDeadlineS, 1.2 * steps);
-  auto r = run_cli(args, out_dir + ".log", deadline_s);
+// The losses, parameters and stored names of the finished run in `out_dir`.
+RunOutput read_run(const std::string& out_dir, int steps) {
   RunOutput out;
-  out.log = r.output;
-  EXPECT_FALSE(r.timed_out) << name << " did not finish within " << deadline_s << " s\n"
-                            << r.output;
-  EXPECT_EQ(r.status, 0) << name << " failed:\n" << r.output;
-  if (r.status != 0) return out;
   std::ifstream metrics(fs::path(out_dir) / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     out.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
@@ -103,11 +88,76 @@ RunOutput train(const std::string& name, std::vector<std::string> extra, int dev
   return out;
 }
 
+// `devices` 0: the cluster comes from `extra` (cluster.nodes x cluster.devices_per_node). The run
+// goes to `base`/`name` (default: this process's work folder).
+RunOutput train(const std::string& name, std::vector<std::string> extra, int devices,
+                const std::string& model, int steps = kSteps, bool quiet = true,
+                const std::string& base = work_dir()) {
+  const auto out_dir = (fs::path(base) / name).string();
+  std::vector<std::string> args = {"train", "--model.name=" + model, "--data.path=" + corpus(),
+                                   fmt::format("--train.steps={}", steps), "--train.warmup_steps=3",
+                                   "--train.lr=1e-2", "--train.sample_tokens=0",
+                                   "--pipeline.microbatches=6", "--pipeline.microbatch_size=2",
+                                   // Single-pipeline cases ([2]) survive no failure.
+                                   "--pipeline.fault_tolerance=0", "--train.out_dir=" + out_dir};
+  if (devices > 0) args.push_back(fmt::format("--devices={}", devices));
+  if (quiet) args.push_back("--quiet");
+  args.insert(args.end(), extra.begin(), extra.end());
+  // A deadline against hangs, not a speed limit: long runs (200 steps of emulated bf16 on a
+  // loaded 2-core machine) get time in proportion to their steps.
+  const double deadline_s = std::max(kDeadlineS, 1.2 * steps);
+  auto r = run_cli(args, out_dir + ".log", deadline_s);
+  EXPECT_FALSE(r.timed_out) << name << " did not finish within " << deadline_s << " s\n"
+                            << r.output;
+  EXPECT_EQ(r.status, 0) << name << " failed:\n" << r.output;
+  if (r.status != 0) return RunOutput{.log = r.output};
+  RunOutput out = read_run(out_dir, steps);
+  out.log = r.output;
+  return out;
+}
+
+// A reference run (single-process, of kSteps), trained once per build of the binaries and kept on
+// disk for every process of this test binary: CTest runs each case in its own process, and about
+// 20 cases compare with the same few references. Built under a lock (with a deadline) in
+// <temporary folder>/bw_transparency_refs_<hash of the binaries' times>; a run that failed is
+// not kept, so the next case trains it again and reports the failure.
+RunOutput shared_reference(const std::string& name, const std::vector<std::string>& extra,
+                           const std::string& model) {
+  const auto shared =
+      fs::temp_directory_path() /
+      fmt::format("bw_transparency_refs_{:x}",
+                  std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
+  fs::create_directories(shared);
+  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  EXPECT_GE(lock, 0) << shared;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (lock >= 0 && ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "another process held " << (shared / "lock") << " for 240 s";
+      ::close(lock);
+      return {};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  RunOutput out;
+  const auto out_dir = shared / name;
+  if (fs::exists(shared / (name + ".done"))) {
+    out = read_run(out_dir.string(), kSteps);
+    out.log = bw::testing::read_text(out_dir.string() + ".log");
+  } else {
+    fs::remove_all(out_dir);
+    out = train(name, extra, 1, model, kSteps, true, shared.string());
+    if (!out.losses.empty()) std::ofstream(shared / (name + ".done")) << "ok\n";
+  }
+  if (lock >= 0) ::close(lock);  // releases the lock
+  return out;
+}
+
 const RunOutput& reference(const std::string& model) {
   static std::map<std::string, RunOutput> cache;
   auto it = cache.find(model);
   if (it == cache.end()) {
-    it = cache.emplace(model, train("reference_" + model, {}, 1, model)).first;
+    it = cache.emplace(model, shared_reference("reference_" + model, {}, model)).first;
   }
   return it->second;
 }
@@ -178,8 +228,9 @@ const RunOutput& bf16_reference(const std::string& model) {
   static std::map<std::string, RunOutput> cache;
   auto it = cache.find(model);
   if (it == cache.end()) {
-    it = cache.emplace(model, train("bf16_reference_" + model, {"--train.precision=bf16"}, 1,
-                                    model)).first;
+    it = cache.emplace(model, shared_reference("bf16_reference_" + model,
+                                               {"--train.precision=bf16"}, model))
+             .first;
   }
   return it->second;
 }
@@ -267,7 +318,7 @@ TEST_P(Sharded, MatchesSingleProcess) {
   auto got = train("sharded_" + c.name, flags, 0, c.model, kSteps, /*quiet=*/false);
   const std::string key = fmt::format("{}_mbs{}", c.model, c.microbatch_size);
   static std::map<std::string, RunOutput> refs;
-  if (!refs.count(key)) refs[key] = train("reference_" + key, batch, 1, c.model);
+  if (!refs.count(key)) refs[key] = shared_reference("reference_" + key, batch, c.model);
   expect_same_training(got, refs[key], c.name);
   // The run really sharded: its printed plan has stages of several ranks.
   EXPECT_NE(got.log.find("(sharded)"), std::string::npos) << got.log;
@@ -426,8 +477,9 @@ const RunOutput& tied_reference(const std::string& model) {
   static std::map<std::string, RunOutput> cache;
   auto it = cache.find(model);
   if (it == cache.end()) {
-    it = cache.emplace(model, train("tied_reference_" + model, {"--model.tie_embeddings=true"}, 1,
-                                    model)).first;
+    it = cache.emplace(model, shared_reference("tied_reference_" + model,
+                                               {"--model.tie_embeddings=true"}, model))
+             .first;
   }
   return it->second;
 }
