@@ -14,6 +14,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "../scratch.h"
 #include "core/error.h"
 #include "elastic/planning.h"
 #include "runtime/comm.h"
@@ -85,7 +86,7 @@ struct Ranks {
   // rewrote a shared file while another read it left that one's ranks without data.
   static std::string corpus() {
     static const std::string path = [] {
-      auto p = ::testing::TempDir() + fmt::format("bw_fault_transport_corpus_{}.txt", ::getpid());
+      auto p = (bw::testing::process_scratch("bw_fault_transport") / "corpus.txt").string();
       {
         std::ofstream out(p + ".tmp");
         for (int i = 0; i < 20000; ++i) out << static_cast<char>('a' + (i * 7919) % 26);

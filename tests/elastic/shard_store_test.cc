@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "../scratch.h"
 #include "core/error.h"
 #include "runtime/checkpointing.h"
 
@@ -19,8 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const auto d = fs::path(::testing::TempDir()) /
-                 fmt::format("bw_shard_store_test_{}", getpid()) / name;
+  const auto d = bw::testing::process_scratch("bw_shard_store_test") / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

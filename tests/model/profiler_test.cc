@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "../scratch.h"
 #include "core/error.h"
 #include "core/json.h"
 
@@ -186,9 +187,7 @@ std::pair<int, std::string> run_cli(const std::string& args) {
 }
 
 TEST(ProfileMeasureCli, WritesAProfileThePlannerLoads) {
-  std::string path = (std::filesystem::path(::testing::TempDir()) /
-                      ("bw_profile_cli_" + std::to_string(::getpid()) + ".json"))
-                         .string();
+  std::string path = (bw::testing::process_scratch("bw_profile_cli") / "profile.json").string();
   std::filesystem::remove(path);
   auto [code, out] = run_cli(fmt::format(
       "profile measure --model tiny --microbatch-size 2 --repeats 2 --warmup 1 --out {}", path));

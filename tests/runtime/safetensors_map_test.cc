@@ -14,6 +14,7 @@
 #include <sstream>
 #include <torch/torch.h>
 
+#include "../scratch.h"
 #include "runtime/checkpoint.h"
 
 namespace bw::runtime {
@@ -21,9 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::path(::testing::TempDir()) / ("bw_map_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  return (bw::testing::process_scratch("bw_map_test") / name).string();
 }
 
 // Resident bytes of the process's mappings of `path`, from /proc/self/smaps.
