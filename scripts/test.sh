@@ -3,8 +3,8 @@
 # Extra arguments go to ctest (e.g. -L unit, -R Hanayo).
 #
 # CTest runs nproc + 2 tests at a time (the resource spec below): every test holds one of nproc
-# slots of `cores`, except the few that mostly wait on a deadline and use a third of a core or
-# less (bw_add_test's WAITS in CMakeLists.txt), which hold one of 2 slots of `waits` instead and so
+# slots of `cores`, except the few that mostly wait on a deadline and use less than half a
+# core (bw_add_test's WAITS in CMakeLists.txt), which hold one of 2 slots of `waits` instead and so
 # run beside the others.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -14,13 +14,11 @@
 //   named), a run id led by a live coordinator with another config: one error line, exit 2.
 #include "elastic/leadership.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/file.h>
 
 #include <chrono>
 #include <filesystem>
@@ -242,28 +240,14 @@ constexpr int kShortAgentWaitS = 8;
 // The same run on the embedded store, once per build for every process of this binary (CTest runs
 // each case in its own), under a lock.
 const std::string& reference() {
-  static const std::string out = [] {
-    const auto shared = fs::temp_directory_path() /
-                        fmt::format("bw_leadership_ref_{:x}",
-                                    std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
-    fs::create_directories(shared);
-    const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-    ::flock(lock, LOCK_EX);
-    const auto done = shared / "done";
-    std::string dir = (shared / "embedded").string();
-    if (!fs::exists(done)) {
-      const auto r = run(
-          "embedded", kSteps, {}, [](pid_t) {}, shared.string());
-      if (r.coordinator.status == 0) {
-        std::ofstream(done) << "ok\n";
-      } else {
-        ADD_FAILURE() << "the reference run failed:\n" << r.coordinator.output;
-      }
-    }
-    ::flock(lock, LOCK_UN);
-    ::close(lock);
-    return dir;
-  }();
+  static const std::string out = bw::testing::shared_run(
+      "bw_leadership_ref", BW_BINARY, "embedded", [](const std::string& folder) {
+        const auto r = run(
+            "embedded", kSteps, {}, [](pid_t) {}, fs::path(folder).parent_path().string());
+        if (r.coordinator.status != 0)
+          ADD_FAILURE() << "the reference run failed:\n" << r.coordinator.output;
+        return r.coordinator.status == 0;
+      });
   return out;
 }
 

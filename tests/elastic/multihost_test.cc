@@ -11,12 +11,10 @@
 //
 // The cases skip (GTEST_SKIP, with the reason) where namespaces cannot be made: not root, no
 // `ip netns`. Store hosting on loopback only is checked without namespaces.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -137,25 +135,15 @@ const std::string& reference(int nodes, int steps, const std::string& model = "t
   static std::map<std::tuple<int, int, std::string>, std::string> done;
   auto& out = done[{nodes, steps, model}];
   if (!out.empty()) return out;
-  const auto shared = fs::temp_directory_path() /
-                      fmt::format("bw_multihost_refs_{:x}",
-                                  std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
-  fs::create_directories(shared);
-  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-  ::flock(lock, LOCK_EX);
-  const auto name = fmt::format("reference_{}_{}_{}", nodes, steps, model);
-  const auto out_dir = (shared / name).string();
-  if (!fs::exists(shared / (name + ".done"))) {
-    fs::remove_all(out_dir);
-    std::vector<std::string> args = {"train", "--quiet"};
-    for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
-    const auto r = testing::run_cli(args, out_dir + ".log", kDeadlineS);
-    EXPECT_EQ(r.status, 0) << r.output;
-    if (r.status == 0) std::ofstream(shared / (name + ".done")) << "ok\n";
-  }
-  ::flock(lock, LOCK_UN);
-  ::close(lock);
-  out = out_dir;
+  out = testing::shared_run(
+      "bw_multihost_refs", BW_BINARY, fmt::format("reference_{}_{}_{}", nodes, steps, model),
+      [&](const std::string& out_dir) {
+        std::vector<std::string> args = {"train", "--quiet"};
+        for (auto& a : config_args(nodes, steps, out_dir, model)) args.push_back(a);
+        const auto r = testing::run_cli(args, out_dir + ".log", kDeadlineS);
+        EXPECT_EQ(r.status, 0) << r.output;
+        return r.status == 0;
+      });
   return out;
 }
 

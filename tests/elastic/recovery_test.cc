@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -176,33 +175,24 @@ const TrainRun& reference(int nodes, int steps, int fault_tolerance = 1,
   static std::map<std::tuple<int, int, int, std::string>, TrainRun> cache;
   auto key = std::make_tuple(nodes, steps, fault_tolerance, precision);
   if (cache.count(key)) return cache[key];
-  const auto shared = fs::temp_directory_path() /
-                      fmt::format("bw_recovery_refs_{:x}", std::hash<std::string>{}(
-                                                               bw::testing::build_stamp(BW_BINARY)));
-  fs::create_directories(shared);
-  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-  ::flock(lock, LOCK_EX);
-  const auto name =
-      fmt::format("reference_{}_{}_{}_{}", nodes, steps, fault_tolerance, precision);
   TrainRun run;
-  run.out_dir = (shared / name).string();
-  if (fs::exists(shared / (name + ".done"))) {
-    run.status = 0;
-    read_metrics(run);
-  } else {
-    fs::remove_all(run.out_dir);
-    auto args = base_args(nodes, steps);
-    args.push_back(fmt::format("--pipeline.fault_tolerance={}", fault_tolerance));
-    args.push_back("--train.precision=" + precision);
-    args.push_back("--train.out_dir=" + run.out_dir);
-    auto r = run_cli(args, run.out_dir + ".log", kDeadlineS);
-    run.status = r.timed_out ? -1 : r.status;
-    run.output = r.output;
-    read_metrics(run);
-    if (run.status == 0) std::ofstream(shared / (name + ".done")) << "ok\n";
-  }
-  ::flock(lock, LOCK_UN);
-  ::close(lock);
+  bool made = false;
+  run.out_dir = bw::testing::shared_run(
+      "bw_recovery_refs", BW_BINARY,
+      fmt::format("reference_{}_{}_{}_{}", nodes, steps, fault_tolerance, precision),
+      [&](const std::string& out_dir) {
+        made = true;
+        auto args = base_args(nodes, steps);
+        args.push_back(fmt::format("--pipeline.fault_tolerance={}", fault_tolerance));
+        args.push_back("--train.precision=" + precision);
+        args.push_back("--train.out_dir=" + out_dir);
+        auto r = run_cli(args, out_dir + ".log", kDeadlineS);
+        run.status = r.timed_out ? -1 : r.status;
+        run.output = r.output;
+        return run.status == 0;
+      });
+  if (!run.out_dir.empty() && !made) run.status = 0;
+  if (!run.out_dir.empty()) read_metrics(run);
   return cache[key] = run;
 }
 

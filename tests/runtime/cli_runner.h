@@ -4,7 +4,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -57,6 +60,44 @@ inline std::string build_stamp(const std::string& binary) {
     stamp += ":" + std::to_string(ec ? 0 : t.time_since_epoch().count());
   }
   return stamp;
+}
+
+// A run that many cases compare with, made once per build and shared on disk by every process
+// of the test binaries (CTest runs each case in its own process). Returns the folder
+// <temporary folder>/<cache>_<hash of build_stamp(binary)>/<name>. When no earlier process made
+// it, `make(folder)` runs into the emptied folder under that name's lock, and returning true marks
+// it made; a failed run is not kept, so the next case makes it again and reports the failure.
+// Returns "" with a test failure when another process held the lock for `wait_s`.
+inline std::string shared_run(const std::string& cache, const std::string& binary,
+                              const std::string& name,
+                              const std::function<bool(const std::string&)>& make,
+                              int wait_s = 240) {
+  namespace fs = std::filesystem;
+  const auto shared = fs::temp_directory_path() /
+                      (cache + "_" + std::to_string(std::hash<std::string>{}(build_stamp(binary))));
+  fs::create_directories(shared);
+  const int lock = ::open((shared / (name + ".lock")).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0) {
+    ADD_FAILURE() << "cannot open " << (shared / (name + ".lock"));
+    return "";
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  while (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "another process held " << (shared / (name + ".lock")) << " for " << wait_s
+                    << " s";
+      ::close(lock);
+      return "";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto folder = shared / name;
+  if (!fs::exists(shared / (name + ".done"))) {
+    fs::remove_all(folder);
+    if (make(folder.string())) std::ofstream(shared / (name + ".done")) << "ok\n";
+  }
+  ::close(lock);  // releases the lock
+  return folder.string();
 }
 
 // Starts the CLI; `on_start` (optional) runs in the test process while the child runs and may

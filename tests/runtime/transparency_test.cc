@@ -6,14 +6,10 @@
 // "same training" tolerances of tests/same_training.h, for 10 steps at lr 1e-2 (fp32: losses
 // 1e-5, parameters 2^-12 x 10 x 1e-2 + 1e-4 |p|). The coordinator also checks that the replicas of
 // every layer end bitwise identical (else it exits non-zero).
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,7 +19,6 @@
 #include <ostream>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "../same_training.h"
 #include "cli_runner.h"
@@ -116,40 +111,22 @@ RunOutput train(const std::string& name, std::vector<std::string> extra, int dev
   return out;
 }
 
-// A reference run (single-process, of kSteps), trained once per build of the binaries and kept on
-// disk for every process of this test binary: CTest runs each case in its own process, and about
-// 20 cases compare with the same few references. Built under a lock (with a deadline) in
-// <temporary folder>/bw_transparency_refs_<hash of the binaries' times>; a run that failed is
-// not kept, so the next case trains it again and reports the failure.
+// A single-process reference run of kSteps, made once per build for every process of this test
+// binary (bw::testing::shared_run): about 20 cases compare with the same few references.
 RunOutput shared_reference(const std::string& name, const std::vector<std::string>& extra,
                            const std::string& model) {
-  const auto shared =
-      fs::temp_directory_path() /
-      fmt::format("bw_transparency_refs_{:x}",
-                  std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
-  fs::create_directories(shared);
-  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  EXPECT_GE(lock, 0) << shared;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  while (lock >= 0 && ::flock(lock, LOCK_EX | LOCK_NB) != 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ADD_FAILURE() << "another process held " << (shared / "lock") << " for 240 s";
-      ::close(lock);
-      return {};
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
   RunOutput out;
-  const auto out_dir = shared / name;
-  if (fs::exists(shared / (name + ".done"))) {
-    out = read_run(out_dir.string(), kSteps);
-    out.log = bw::testing::read_text(out_dir.string() + ".log");
-  } else {
-    fs::remove_all(out_dir);
-    out = train(name, extra, 1, model, kSteps, true, shared.string());
-    if (!out.losses.empty()) std::ofstream(shared / (name + ".done")) << "ok\n";
-  }
-  if (lock >= 0) ::close(lock);  // releases the lock
+  bool made = false;
+  const auto dir = bw::testing::shared_run("bw_transparency_refs", BW_BINARY, name,
+                                           [&](const std::string& folder) {
+                                             made = true;
+                                             out = train(name, extra, 1, model, kSteps, true,
+                                                         fs::path(folder).parent_path().string());
+                                             return !out.losses.empty();
+                                           });
+  if (dir.empty() || made) return out;
+  out = read_run(dir, kSteps);
+  out.log = bw::testing::read_text(dir + ".log");
   return out;
 }
 

@@ -7,10 +7,8 @@
 // parameters by the transparency tolerance (docs/runtime.md), so their validation losses must
 // agree within 1e-5 relative. Bad input (a missing or absent validation file, eval_batches 0)
 // is one error line and exit status 2.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -176,23 +174,18 @@ const Run& run_of(const Plan& plan) {
   static std::map<std::string, Run> cache;
   auto it = cache.find(plan.name);
   if (it != cache.end()) return it->second;
-  const auto shared = fs::temp_directory_path() /
-                      fmt::format("bw_val_loss_runs_{:x}",
-                                  std::hash<std::string>{}(bw::testing::build_stamp(BW_BINARY)));
-  fs::create_directories(shared);
-  const int lock = ::open((shared / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-  ::flock(lock, LOCK_EX);
   Run run;
-  if (fs::exists(shared / (plan.name + ".done"))) {
-    run = read_run((shared / plan.name).string());
+  bool made = false;
+  const auto dir = bw::testing::shared_run("bw_val_loss_runs", BW_BINARY, plan.name,
+                                           [&](const std::string& folder) {
+                                             made = true;
+                                             run = train(plan.name, plan.args, folder);
+                                             return run.status == 0;
+                                           });
+  if (!dir.empty() && !made) {
+    run = read_run(dir);
     run.status = 0;
-  } else {
-    fs::remove_all(shared / plan.name);
-    run = train(plan.name, plan.args, (shared / plan.name).string());
-    if (run.status == 0) std::ofstream(shared / (plan.name + ".done")) << "ok\n";
   }
-  ::flock(lock, LOCK_UN);
-  ::close(lock);
   return cache[plan.name] = run;
 }
 
