@@ -23,7 +23,7 @@
 #include <algorithm>
 
 #include "cli_runner.h"
-#include "../oracle_client.h"
+#include "oracle_client.h"
 #include "test_util.h"  // tests/tokenizer: tiny_tokenizer
 #include "tokenizer/tokenizer.h"
 
@@ -55,8 +55,8 @@ Run run(const std::string& name, const std::string& args) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(out.string()), read_text(err.string())};
 }
 
-// Runs hf_oracle.py (through its server, tests/oracle_client.h) with `args`, space-separated;
-// 77 = transformers is missing.
+// Runs hf_oracle.py (through its server, oracle_client.h) with `args`, space-separated; 77
+// = transformers is missing.
 int oracle(const std::string& args) {
   return bw::testing::run_oracle(BW_PYTHON, BW_SOURCE_DIR "/tests/runtime/hf_oracle.py",
                                  bw::testing::split_words(args), (root() / "oracle.log").string(),

@@ -18,7 +18,8 @@
                                                     new tokens after the comma-separated IDS;
                                                     the new ids, space-separated, into OUT
 Exit 77 when transformers is not importable (the test skips). The tests run it through
-tests/oracle_server.py, which imports this file once and calls main(argv) in a fork per request.
+oracle_server.py beside it, which imports this file once and calls main(argv) in a fork per
+request.
 """
 import sys
 

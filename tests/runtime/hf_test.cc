@@ -25,7 +25,7 @@
 #include <tuple>
 
 #include "cli_runner.h"
-#include "../oracle_client.h"
+#include "oracle_client.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/dataset.h"
@@ -48,8 +48,8 @@ fs::path temp_root() {
   return bw::testing::process_scratch("bw_hf_test");
 }
 
-// Runs the oracle (through its server, tests/oracle_client.h) with `args`, space-separated;
-// 77 = transformers is missing.
+// Runs the oracle (through its server, oracle_client.h) with `args`, space-separated; 77
+// = transformers is missing.
 int oracle(const std::string& args) {
   return bw::testing::run_oracle(BW_PYTHON, BW_SOURCE_DIR "/tests/runtime/hf_oracle.py",
                                  bw::testing::split_words(args),

@@ -1,4 +1,4 @@
-"""Serves a Python oracle script to the tests with its imports done once (tests/oracle_client.h).
+"""Serves a Python oracle script to the tests with its imports done once (tests/runtime/oracle_client.h).
 
   oracle_server.py SOCKET SCRIPT IDLE_S
 

@@ -1,4 +1,4 @@
-// Runs a Python oracle script (hf_oracle.py) through tests/oracle_server.py, which imports the
+// Runs a Python oracle script (hf_oracle.py) through oracle_server.py beside it, which imports the
 // script, and with it torch and transformers, once for all the test processes of a suite run:
 // that import costs 2-4 s of CPU, and the suite calls the oracle about 35 times. Each call runs in
 // a fork of the server, with the same argv, exit status and output file as `python SCRIPT argv...`.
@@ -27,21 +27,11 @@
 #include <thread>
 #include <vector>
 
+#include "cli_runner.h"  // read_text
+
 namespace bw::testing {
 
 namespace oracle_detail {
-
-inline std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // A connected socket to `path`, or -1.
 inline int connect_to(const std::string& path) {
@@ -137,14 +127,11 @@ inline int run_oracle(const std::string& python, const std::string& script,
                       bool append = false, int timeout_s = 300) {
   namespace fs = std::filesystem;
   using namespace oracle_detail;
-  const std::string server = (fs::path(script).parent_path().parent_path() / "oracle_server.py").string();
-  uint64_t h = fnv1a(python);
-  h = fnv1a(script, h);
-  h = fnv1a(file_text(script), h);
-  h = fnv1a(file_text(server), h);
-  char name[64];
-  std::snprintf(name, sizeof(name), "bw_oracle_%016llx", static_cast<unsigned long long>(h));
-  const std::string base = (fs::temp_directory_path() / name).string();
+  const std::string server = (fs::path(script).parent_path() / "oracle_server.py").string();
+  const size_t h = std::hash<std::string>{}(python + "\n" + script + "\n" + read_text(script) +
+                                            "\n" + read_text(server));
+  const std::string base =
+      (fs::temp_directory_path() / ("bw_oracle_" + std::to_string(h))).string();
   const std::string sock = base + ".sock", server_log = base + ".log";
   std::vector<std::string> argv = {script};
   argv.insert(argv.end(), args.begin(), args.end());
