@@ -23,12 +23,53 @@
 // reaches again anyway (cli::keep_freed_memory). Allocator settings the user gave are kept, as for
 // the wait policy: docs/runtime.md measures the sharded stages' memory with a fixed mmap threshold
 // that way.
+//
+// Children without LibTorch's start-up again. `train`, `coordinator` and `agent` start children of
+// this same executable (local agents, workers), and each exec of it spends 0.3-0.45 s of CPU in
+// LibTorch's static initialisers. These subcommands fork a server first, while the process has
+// one thread; their children are forks of it that run `child_main` (elastic/fork_server.h).
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "cli/app.h"
+#include "elastic/fork_server.h"
 #include "elastic/process.h"
+#include "runtime/log.h"
+
+namespace {
+
+bool spawns_children(int argc, char** argv) {
+  if (argc < 2) return false;
+  if (const char* env = std::getenv("BW_FORK_SERVER"); env != nullptr && std::strcmp(env, "0") == 0) {
+    return false;  // exec every child, as before the fork server
+  }
+  if (const char* only = std::getenv("BW_FS_ONLY"); only != nullptr) return std::strcmp(argv[1], only) == 0;
+  for (const char* command : {"train", "coordinator", "agent"}) {
+    if (std::strcmp(argv[1], command) == 0) return true;
+  }
+  return false;
+}
+
+// main() past its set-up; also what a child of the fork server runs, with its own argv.
+int child_main(int argc, char** argv) {
+  if (spawns_children(argc, argv)) {
+    std::string why;
+    auto server = bw::elastic::ForkServer::start(child_main, &why);
+    if (server) {
+      bw::elastic::ForkServer::install(std::move(server));
+    } else {
+      bw::runtime::log(bw::runtime::LogLevel::kWarn,
+                       "no fork server ({}): each child is exec'd and pays LibTorch's start-up",
+                       why);
+    }
+  }
+  return bw::cli::run_app(argc, argv);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
@@ -38,5 +79,5 @@ int main(int argc, char** argv) {
   bw::cli::keep_freed_memory();
   // The coordinator's measure of how long this binary takes to start (an agent's allowance).
   bw::elastic::note_main_entered();
-  return bw::cli::run_app(argc, argv);
+  return child_main(argc, argv);
 }

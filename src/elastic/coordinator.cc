@@ -74,9 +74,10 @@ extern "C" void on_stop_signal(int) {
 }
 
 // An agent's start-up allowance beyond the heartbeat timeout (docs/elastic.md "Start-up"). A
-// local agent is this binary started again on this machine: before its first heartbeat it
-// execs, loads LibTorch, connects to the store, reads the config and forks its workers, which is
-// what this process did up to main() plus a few milliseconds. So it gets twice this process's
+// local agent is this binary started again on this machine: before its first heartbeat it is
+// forked from this process's fork server (fork_server.h), or execs and loads LibTorch where there
+// is none, connects to the store, reads the config and spawns its workers, which is at most what
+// this process did up to main() plus a few milliseconds. So it gets twice this process's
 // measured start-up, times the processes per core that load at once: local agents all start
 // together, and the workers of the first ones up load while the last agents still do (loading
 // is CPU-bound). A remote agent has started before it registers; counted from its accepted

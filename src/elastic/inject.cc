@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "elastic/keys.h"
+#include "elastic/process.h"
 #include "model/gpt.h"
 
 namespace bw::elastic {
@@ -216,7 +217,7 @@ bool Injector::at(int step, const std::string& phase) {
     } else if (f.action == "hang") {
       ::raise(SIGSTOP);  // in phase agent_startup, the agent itself
     } else {
-      ::kill(getppid(), SIGKILL);  // the agent; PR_SET_PDEATHSIG then ends this process
+      ::kill(spawner_pid(), SIGKILL);  // the agent; PR_SET_PDEATHSIG then ends this process
       std::this_thread::sleep_for(std::chrono::seconds(10));
     }
   }

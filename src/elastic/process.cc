@@ -12,10 +12,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "core/check.h"
+#include "elastic/fork_server.h"
+#include "runtime/log.h"
 
 namespace bw::elastic {
 namespace {
@@ -30,6 +33,22 @@ int decode(int status) {
 
 ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::string>& args,
                                  const std::string& output) {
+  if (ForkServer* server = ForkServer::installed()) {
+    try {
+      ChildProcess child;
+      child.pid_ = server->spawn(exe, args, output);
+      child.server_ = server;
+      return child;
+    } catch (const ForkServer::ServerLost&) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        runtime::log(runtime::LogLevel::kWarn,
+                     "the fork server (pid {}) is gone: children are exec'd from now on, each "
+                     "paying LibTorch's start-up",
+                     server->server_pid());
+      });
+    }
+  }
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -57,6 +76,7 @@ ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::
 
 std::optional<int> ChildProcess::poll() {
   if (status_ || pid_ < 0) return status_;
+  if (server_ != nullptr) return status_ = server_->poll(pid_);
   int status = 0;
   const pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == pid_) status_ = decode(status);
@@ -65,6 +85,10 @@ std::optional<int> ChildProcess::poll() {
 
 void ChildProcess::kill() {
   if (pid_ < 0 || poll()) return;
+  if (server_ != nullptr) {
+    status_ = server_->kill(pid_);
+    return;
+  }
   ::kill(-pid_, SIGKILL);  // the child's process group (see spawn)
   ::kill(pid_, SIGKILL);
   int status = 0;

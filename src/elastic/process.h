@@ -1,7 +1,9 @@
 // Child processes of the coordinator (the local agent's job in docs/design.md "Elastic control
 // plane"): spawn a worker with fork + exec of our own binary, poll it without blocking, kill it.
 // A child asks the kernel to kill it when the coordinator dies (PR_SET_PDEATHSIG), so a crashed
-// coordinator never leaves workers behind.
+// coordinator never leaves workers behind. When this process installed a fork server
+// (fork_server.h), children come from it instead, without LibTorch's start-up; if that server is
+// gone, spawn forks and execs again and says so once on stderr.
 //
 // Thread-safety: use one ChildProcess from one thread.
 #pragma once
@@ -14,6 +16,8 @@
 #include <vector>
 
 namespace bw::elastic {
+
+class ForkServer;
 
 class ChildProcess {
  public:
@@ -35,7 +39,12 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
   std::optional<int> status_;
+  ForkServer* server_ = nullptr;  // the installed server that started it, if one did
 };
+
+// The process that spawned this one with ChildProcess::spawn: the owner of the fork server that
+// forked it, or else the parent (an exec'd child's).
+pid_t spawner_pid();
 
 // Path of the running executable (/proc/self/exe), so the coordinator can exec itself.
 std::string self_executable();
