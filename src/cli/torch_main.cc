@@ -43,10 +43,10 @@ namespace {
 
 bool spawns_children(int argc, char** argv) {
   if (argc < 2) return false;
-  if (const char* env = std::getenv("BW_FORK_SERVER"); env != nullptr && std::strcmp(env, "0") == 0) {
-    return false;  // exec every child, as before the fork server
+  if (const char* env = std::getenv("BW_FORK_SERVER");
+      env != nullptr && std::strcmp(env, "0") == 0) {
+    return false;  // exec every child, as before the fork server (docs/cli.md)
   }
-  if (const char* only = std::getenv("BW_FS_ONLY"); only != nullptr) return std::strcmp(argv[1], only) == 0;
   for (const char* command : {"train", "coordinator", "agent"}) {
     if (std::strcmp(argv[1], command) == 0) return true;
   }

@@ -137,10 +137,10 @@ pid_t g_spawner = -1;  // in a child run in place of an exec: the server's owner
 // What a child gets from the server's image: the owner's state when the server started.
 struct Image {
   ForkServer::Entry entry = nullptr;
-  pid_t owner = -1;                // the process that started the server
-  std::string exe;                 // /proc/self/exe
-  std::vector<std::string> env;    // sorted
-  sigset_t mask{};                 // the signal mask
+  pid_t owner = -1;                 // the process that started the server
+  std::string exe;                  // /proc/self/exe
+  std::vector<std::string> env;     // sorted
+  sigset_t mask{};                  // the signal mask
   struct sigaction pipe_action {};  // SIGPIPE's disposition
   bool in_process = false;
 };
@@ -245,8 +245,8 @@ struct Image {
         become_child(image, server, fields[0], fields[1], fields[2], std::move(env),
                      std::move(args));
       }
-      const std::string answer = pid < 0 ? frame(kError, {std::strerror(errno)})
-                                         : frame(kPid, {std::to_string(pid)});
+      const std::string answer =
+          pid < 0 ? frame(kError, {std::strerror(errno)}) : frame(kPid, {std::to_string(pid)});
       if (pid > 0) live.insert(pid);
       if (!write_all(sock, answer)) _exit(0);
     }

@@ -72,7 +72,7 @@ class ForkServer {
   // reported within 60 s.
   int kill(pid_t pid);
 
-  bool alive();               // whether the server still answers (its socket is open)
+  bool alive();  // whether the server still answers (its socket is open)
   pid_t server_pid() const { return server_pid_; }
   bool forks_in_process() const { return in_process_; }  // else every child is exec'd
 
@@ -93,11 +93,11 @@ class ForkServer {
   int socket_ = -1;
   pid_t server_pid_ = -1;
   bool in_process_ = false;
-  std::string pending_;                                  // bytes of frames not yet handled
-  std::optional<std::pair<char, std::string>> reply_;    // P pid | E message
-  std::map<pid_t, int> exited_;                          // statuses reported by the server
-  std::set<pid_t> running_;                              // children not yet seen to end
-  std::set<pid_t> reaped_;                               // R sent
+  std::string pending_;                                // bytes of frames not yet handled
+  std::optional<std::pair<char, std::string>> reply_;  // P pid | E message
+  std::map<pid_t, int> exited_;                        // statuses reported by the server
+  std::set<pid_t> running_;                            // children not yet seen to end
+  std::set<pid_t> reaped_;                             // R sent
 };
 
 }  // namespace bw::elastic

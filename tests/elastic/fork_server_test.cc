@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "elastic/process.h"
 #include "../scratch.h"
+#include "elastic/process.h"
 
 namespace bw::elastic {
 namespace {
@@ -49,7 +49,8 @@ int entry(int argc, char** argv) {
   }
   if (what == "report") {
     std::ifstream in("/proc/self/cmdline", std::ios::binary);
-    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string cmdline((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
     std::ofstream(arg, std::ios::binary) << getppid() << '\n' << cmdline;
     _exit(0);
   }
@@ -57,8 +58,8 @@ int entry(int argc, char** argv) {
 }
 
 std::vector<std::string> command(const std::string& what, const std::string& arg) {
-  return {self_executable(), "--gtest_list_tests", "--gtest_filter=NoSuchTest.None", "cmd", what,
-          arg};
+  return {
+      self_executable(), "--gtest_list_tests", "--gtest_filter=NoSuchTest.None", "cmd", what, arg};
 }
 
 std::optional<int> wait_for(const std::function<std::optional<int>()>& poll, int seconds = 10) {
