@@ -2,8 +2,9 @@
 # What the fork server saves (docs/cli.md "Children without LibTorch's start-up"): a local run of
 # `breakwater train` with its children forked from the server, against the same run with every
 # child exec'd (BW_FORK_SERVER=0), alternating, R runs each. Prints the median wall time and the
-# median CPU time of the whole process tree (user + sys of the run and every child it waited for)
-# of each, and their ratios.
+# median CPU time of each, and their ratios. The CPU time is the whole machine's (user, nice,
+# system, irq, softirq from /proc/stat) over the run, since a forked child's time reaches its
+# spawner's accounting only through the server; run it on an otherwise idle machine.
 # Usage: bench/elastic/spawn.sh [build dir] [runs] [nodes] [steps]   (default: build 5 4 20)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,12 +14,19 @@ nodes=${3:-4}
 steps=${4:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 run() {  # $1: label, $2: value of BW_FORK_SERVER; appends "wall cpu" to $work/$1
   rm -rf "$work/out"
-  BW_FORK_SERVER=$2 /usr/bin/time -o "$work/time" -f '%e %U %S' "$build/breakwater" train --quiet \
-    --cluster.nodes="$nodes" --model.name=tiny --train.steps="$steps" \
-    --train.out_dir="$work/out" > "$work/log" 2>&1 || { cat "$work/log"; exit 1; }
-  awk '{printf "%.3f %.3f\n", $1, $2 + $3}' "$work/time" >> "$work/$1"
+  local t0 c0 t1 c1
+  t0=$(date +%s.%N)
+  c0=$(cpu_ticks)
+  BW_FORK_SERVER=$2 "$build/breakwater" train --quiet --cluster.nodes="$nodes" --model.name=tiny \
+    --train.steps="$steps" --train.out_dir="$work/out" > "$work/log" 2>&1 ||
+    { cat "$work/log"; exit 1; }
+  c1=$(cpu_ticks)
+  t1=$(date +%s.%N)
+  awk -v t0="$t0" -v t1="$t1" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN {printf "%.3f %.3f\n", t1 - t0, c / hz}' >> "$work/$1"
 }
 for ((i = 0; i < runs; i++)); do
   run forked 1

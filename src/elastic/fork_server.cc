@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "core/check.h"
 #include "elastic/process.h"
@@ -307,10 +308,18 @@ ForkServer::ForkServer(int socket, pid_t server_pid, bool in_process)
 
 ForkServer::~ForkServer() {
   if (socket_ >= 0) ::close(socket_);
-  // As if this process ended: the server goes, and its children with it (PR_SET_PDEATHSIG).
-  ::kill(server_pid_, SIGKILL);
+  // At the socket's end the server reaps what it was asked to and exits; a second at most, then
+  // it is killed, as if this process had ended (its children go with it: PR_SET_PDEATHSIG).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   int status = 0;
-  waitpid(server_pid_, &status, 0);
+  while (waitpid(server_pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(server_pid_, SIGKILL);
+      waitpid(server_pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void ForkServer::install(std::unique_ptr<ForkServer> server) {
