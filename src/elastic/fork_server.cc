@@ -35,6 +35,7 @@ constexpr char kReap = 'R';
 constexpr char kPid = 'P';
 constexpr char kError = 'E';
 constexpr char kExit = 'X';
+constexpr const char* kSpawnerVariable = "BW_SPAWNED_BY";  // in an exec'd child: owner:server
 
 std::string frame(char type, const std::vector<std::string>& fields) {
   std::string payload(1, type);
@@ -98,15 +99,7 @@ std::vector<std::string> sorted_environment() {
 // executable stays; it changes nothing else here (every other field is the current value).
 // With `args` empty it only tries whether the kernel allows it.
 bool set_command_line(const std::vector<std::string>& args) {
-  std::ifstream in("/proc/self/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(line.substr(close + 2));
-  std::vector<unsigned long long> field(3);  // field[3] is the state, as proc(5) numbers them
-  std::string word;
-  while (rest >> word) field.push_back(std::strtoull(word.c_str(), nullptr, 10));
+  const auto field = self_stat_fields();
   if (field.size() < 52) return false;
   prctl_mm_map map{};
   map.start_code = field[26];
@@ -153,17 +146,7 @@ struct Image {
                                std::vector<std::string> env, std::vector<std::string> args) {
   sigprocmask(SIG_SETMASK, &image.mask, nullptr);
   sigaction(SIGPIPE, &image.pipe_action, nullptr);
-  // Own process group, so kill() also ends anything the child started (a shell's children).
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != server) _exit(127);  // the server died before prctl
-  if (!output.empty()) {
-    const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) _exit(127);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    ::close(fd);
-  }
+  prepare_spawned_child(server, output);
   if (chdir(cwd.c_str()) != 0) _exit(127);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -175,6 +158,10 @@ struct Image {
     g_spawner = image.owner;
     std::exit(image.entry(static_cast<int>(args.size()), argv.data()));
   }
+  // The exec'd child's parent is this server: tell it who spawned it (spawner_pid()).
+  const std::string prefix = std::string(kSpawnerVariable) + "=";
+  std::erase_if(env, [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+  env.push_back(fmt::format("{}{}:{}", prefix, image.owner, server));
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -261,7 +248,19 @@ std::unique_ptr<ForkServer>& installed_server() {
 
 }  // namespace
 
-pid_t spawner_pid() { return g_spawner > 0 ? g_spawner : getppid(); }
+pid_t spawner_pid() {
+  if (g_spawner > 0) return g_spawner;
+  const pid_t parent = getppid();
+  // Exec'd by a server: "owner:server", trusted only while that server is still the parent (an
+  // exec'd grandchild inherits the variable from its own spawner's environment).
+  if (const char* v = std::getenv(kSpawnerVariable)) {
+    long owner = 0, server = 0;
+    if (std::sscanf(v, "%ld:%ld", &owner, &server) == 2 && server == parent) {
+      return static_cast<pid_t>(owner);
+    }
+  }
+  return parent;
+}
 
 std::unique_ptr<ForkServer> ForkServer::start(Entry entry, std::string* why) {
   if (const int threads = thread_count(); threads != 1) {

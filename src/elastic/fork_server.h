@@ -20,6 +20,9 @@
 // The server reports an exit without reaping (waitid WNOWAIT): the child stays a zombie until R,
 // so its pid and process group cannot be reused while the owner may still signal them.
 //
+// A child exec'd by the server finds its spawner (spawner_pid(), process.h) in BW_SPAWNED_BY,
+// "owner:server", which the server adds to its environment.
+//
 // Deaths: the server asks for SIGKILL when its owner dies (PR_SET_PDEATHSIG) and exits when the
 // socket closes; each child asks the same of the server. The owner's death ends every child, as
 // when it exec'd them. If the server dies first, its children die with it: the owner reports each

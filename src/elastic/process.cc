@@ -31,6 +31,20 @@ int decode(int status) {
 
 }  // namespace
 
+void prepare_spawned_child(pid_t parent, const std::string& output) {
+  // Own process group, so kill() also ends anything the child started (a shell's children).
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // the parent died before prctl
+  if (!output.empty()) {
+    const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) _exit(127);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    ::close(fd);
+  }
+}
+
 ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::string>& args,
                                  const std::string& output) {
   if (ForkServer* server = ForkServer::installed()) {
@@ -56,16 +70,7 @@ ChildProcess ChildProcess::spawn(const std::string& exe, const std::vector<std::
   const pid_t pid = fork();
   BW_CHECK(pid >= 0, "fork failed: {}", std::strerror(errno));
   if (pid == 0) {
-    // Own process group, so kill() also ends anything the child started (a shell's children).
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // the parent died before prctl
-    if (!output.empty()) {
-      const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) _exit(127);
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
+    prepare_spawned_child(parent, output);
     execv(exe.c_str(), argv.data());
     _exit(127);
   }
@@ -106,19 +111,25 @@ int ChildProcess::wait_or_kill(std::chrono::milliseconds timeout) {
 
 std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
-double process_age_ms() {
+std::vector<unsigned long long> self_stat_fields() {
   std::ifstream in("/proc/self/stat");
   std::string line;
-  if (!std::getline(in, line)) return NAN;
-  // Field 2 (the name) may hold spaces; field 22, starttime, counts clock ticks since boot.
+  if (!std::getline(in, line)) return {};
+  // Field 2 (the name) may hold spaces and parentheses: the fields after it follow the last ')'.
   const auto close = line.rfind(')');
-  if (close == std::string::npos) return NAN;
+  if (close == std::string::npos) return {};
   std::istringstream rest(line.substr(close + 1));
-  std::string field;
-  for (int f = 3; f < 22 && rest >> field; ++f) {
-  }
-  unsigned long long start_ticks = 0;
-  if (!(rest >> start_ticks)) return NAN;
+  std::vector<unsigned long long> fields(3);  // fields[3] is the state (a letter, read as 0)
+  std::string word;
+  while (rest >> word) fields.push_back(std::strtoull(word.c_str(), nullptr, 10));
+  return fields;
+}
+
+double process_age_ms() {
+  // Field 22, starttime, counts clock ticks since boot.
+  const auto fields = self_stat_fields();
+  if (fields.size() <= 22) return NAN;
+  const unsigned long long start_ticks = fields[22];
   const long hz = sysconf(_SC_CLK_TCK);
   timespec now{};
   if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return NAN;

@@ -42,12 +42,22 @@ class ChildProcess {
   ForkServer* server_ = nullptr;  // the installed server that started it, if one did
 };
 
+// In a child just forked to be spawned: its own process group (so kill() also ends what it
+// starts), SIGKILL when `parent` dies (PR_SET_PDEATHSIG), and its standard output and error to
+// `output` when not empty. _exit(127) if `parent` is already gone or `output` cannot be opened.
+void prepare_spawned_child(pid_t parent, const std::string& output);
+
 // The process that spawned this one with ChildProcess::spawn: the owner of the fork server that
-// forked it, or else the parent (an exec'd child's).
+// forked or exec'd it (an exec'd one reads it from BW_SPAWNED_BY, fork_server.h), else the
+// parent.
 pid_t spawner_pid();
 
 // Path of the running executable (/proc/self/exe), so the coordinator can exec itself.
 std::string self_executable();
+
+// The numeric fields of /proc/self/stat, indexed as proc(5) numbers them (1 and 2, the pid and
+// the name, and 3, the state, read as 0); empty when unreadable.
+std::vector<unsigned long long> self_stat_fields();
 
 // Milliseconds since this process was created (its fork, from /proc/self/stat, so an exec, the
 // dynamic loading of LibTorch and static initialisers are all included); NaN when unknown.

@@ -35,7 +35,7 @@ using std::chrono::steady_clock;
 // it exec'd instead, GoogleTest would list no test and exit 0:
 //   <binary> --gtest_list_tests --gtest_filter=NoSuchTest.None cmd exit N       returns N
 //   ... cmd sleep S      sleeps S seconds
-//   ... cmd report FILE  writes its parent's pid and its command line
+//   ... cmd report FILE  writes its parent's pid, spawner_pid() and its command line
 // It ends with _exit: the test process's state at the server's start (scratch folders removed at
 // exit, GoogleTest's) is not the child's to tear down.
 int entry(int argc, char** argv) {
@@ -51,7 +51,7 @@ int entry(int argc, char** argv) {
     std::ifstream in("/proc/self/cmdline", std::ios::binary);
     const std::string cmdline((std::istreambuf_iterator<char>(in)),
                               std::istreambuf_iterator<char>());
-    std::ofstream(arg, std::ios::binary) << getppid() << '\n' << cmdline;
+    std::ofstream(arg, std::ios::binary) << getppid() << ' ' << spawner_pid() << '\n' << cmdline;
     _exit(0);
   }
   _exit(98);
@@ -103,11 +103,12 @@ TEST(ForkServer, ChildrenRunTheEntryWithTheirOwnCommandLineAndReportTheirExitSta
   const pid_t pid = server->spawn(self_executable(), args);
   ASSERT_EQ(wait_for([&] { return server->poll(pid); }), 0);
   std::ifstream in(file, std::ios::binary);
-  pid_t parent = 0;
-  in >> parent;
+  pid_t parent = 0, spawner = 0;
+  in >> parent >> spawner;
   in.get();
   const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(parent, server->server_pid()) << "not a child of the server";
+  EXPECT_EQ(spawner, getpid()) << "spawner_pid() is not the server's owner";
   std::string expected;
   for (const auto& a : args) expected += a + '\0';
   EXPECT_EQ(cmdline, expected);
@@ -119,6 +120,14 @@ TEST(ForkServer, AnotherProgramOrAChangedEnvironmentIsExecdAndKillEndsAChild) {
   ASSERT_TRUE(server) << why;
   pid_t pid = server->spawn("/bin/sh", {"sh", "-c", "exit 7"});
   EXPECT_EQ(wait_for([&] { return server->poll(pid); }), 7);
+  // An exec'd child learns who spawned it from its environment (spawner_pid()).
+  const auto file = testing::process_scratch("bw_fork_server_test") / "spawned_by.txt";
+  pid = server->spawn("/bin/sh", {"sh", "-c", "echo \"$BW_SPAWNED_BY\" > " + file.string()});
+  EXPECT_EQ(wait_for([&] { return server->poll(pid); }), 0);
+  std::ifstream spawned_by(file);
+  std::string line;
+  std::getline(spawned_by, line);
+  EXPECT_EQ(line, std::to_string(getpid()) + ":" + std::to_string(server->server_pid()));
 
   // Exec'd, this binary lists no test and exits 0 where the entry would have returned 3.
   ::setenv("BW_FORK_SERVER_TEST", "1", 1);
