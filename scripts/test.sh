@@ -12,6 +12,7 @@ bash "$root/scripts/setup.sh"
 build=${BW_BUILD_DIR:-$root/build}
 cd "$build"
 cores=$(nproc)
+((cores >= 2)) || cores=2  # a TIGHT test holds two (CMakeLists.txt, bw_add_test)
 printf '{"version": {"major": 1, "minor": 0}, "local": [{"cores": [{"id": "0", "slots": %d}], %s}]}\n' \
   "$cores" '"waits": [{"id": "0", "slots": 2}]' >ctest-resources.json
 ctest --output-on-failure -j"$((cores + 2))" --resource-spec-file ctest-resources.json "$@"
