@@ -87,10 +87,9 @@ int thread_count() {
   return static_cast<int>(std::distance(tasks, std::filesystem::directory_iterator{}));
 }
 
-std::vector<std::string> sorted_environment() {
+std::vector<std::string> environment() {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
-  std::sort(env.begin(), env.end());
   return env;
 }
 
@@ -270,8 +269,9 @@ std::unique_ptr<ForkServer> ForkServer::start(Entry entry, std::string* why) {
   Image image;
   image.entry = entry;
   image.owner = getpid();
-  image.exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  image.env = sorted_environment();
+  image.exe = self_executable();
+  image.env = environment();
+  std::sort(image.env.begin(), image.env.end());
   sigprocmask(SIG_SETMASK, nullptr, &image.mask);
   sigaction(SIGPIPE, nullptr, &image.pipe_action);
   image.in_process = set_command_line({});
@@ -402,8 +402,7 @@ pid_t ForkServer::spawn(const std::string& exe, const std::vector<std::string>& 
                         const std::string& output) {
   std::lock_guard lock(mu_);
   std::vector<std::string> fields = {exe, output, std::filesystem::current_path().string()};
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  const std::vector<std::string> env = environment();
   fields.push_back(std::to_string(env.size()));
   fields.insert(fields.end(), env.begin(), env.end());
   fields.insert(fields.end(), args.begin(), args.end());
@@ -428,17 +427,11 @@ int ForkServer::kill(pid_t pid) {
   std::lock_guard lock(mu_);
   pump(std::chrono::milliseconds(0), [] { return false; });
   if (auto status = collect(pid)) return *status;
-  ::kill(-pid, SIGKILL);  // the child's process group (see become_child)
+  ::kill(-pid, SIGKILL);  // the child's process group (prepare_spawned_child)
   ::kill(pid, SIGKILL);
   const bool ended = pump(std::chrono::seconds(60), [&] { return exited_.count(pid) > 0; });
   BW_CHECK(ended, "child {} did not end within 60 s of SIGKILL", pid);
   return *collect(pid);
-}
-
-bool ForkServer::alive() {
-  std::lock_guard lock(mu_);
-  pump(std::chrono::milliseconds(0), [] { return false; });
-  return socket_ >= 0;
 }
 
 }  // namespace bw::elastic

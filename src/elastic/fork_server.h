@@ -55,7 +55,8 @@ class ForkServer {
   // thread (a fork of it would hold other threads' locks) or the fork fails.
   static std::unique_ptr<ForkServer> start(Entry entry, std::string* why);
 
-  // The process-wide server that ChildProcess::spawn uses; none until installed.
+  // The process-wide server that ChildProcess::spawn uses; none until installed. A ChildProcess
+  // started by a server that is replaced must not be used afterwards (it points to that server).
   static void install(std::unique_ptr<ForkServer> server);
   static ForkServer* installed();
 
@@ -75,7 +76,6 @@ class ForkServer {
   // reported within 60 s.
   int kill(pid_t pid);
 
-  bool alive();  // whether the server still answers (its socket is open)
   pid_t server_pid() const { return server_pid_; }
   bool forks_in_process() const { return in_process_; }  // else every child is exec'd
 
