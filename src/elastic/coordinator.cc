@@ -514,7 +514,10 @@ void check_setup(RunSetup& s, const runtime::RunConfig& given, const Coordinator
       throw ConfigError(fmt::format("cannot create checkpoint.dir '{}': {}; choose a writable path",
                                     config.checkpoint.dir, ec.message()));
     }
-    runtime::remove_partial_checkpoints(config.checkpoint.dir);
+    // A standby shares checkpoint.dir with the coordinator that leads: that one's checkpoints in
+    // progress are staged there, and are not leftovers. A standby that wins leaves them too: the
+    // commit after them removes the earlier ones (runtime/checkpointing.h).
+    if (!options.standby) runtime::remove_partial_checkpoints(config.checkpoint.dir);
   }
   runtime::ResolvedRun resolved;
   resolved.model = s.model;

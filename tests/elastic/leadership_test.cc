@@ -475,6 +475,50 @@ std::string read_or_empty(const std::string& path) {
   return fs::exists(path) ? bw::testing::read_text(path) : std::string();
 }
 
+// A coordinator of the run `name` (`--control`, `extra` added) writing `who`.log in `base`;
+// `nodes` and `config` as for takeover below.
+ChildProcess spawn_coordinator(const std::string& base, const EtcdCluster& cluster,
+                               const std::string& name, int steps,
+                               const std::vector<std::string>& extra, int nodes,
+                               const std::vector<std::string>& config, const std::string& who,
+                               const std::string& more, const std::string& env) {
+  std::string cmd = fmt::format(
+      "exec env {} '{}' coordinator --listen 127.0.0.1:0 --wait-s 60 --log-level info --control {} "
+      "--run-id {} {} {}",
+      env, BW_BINARY, cluster.url(), name, fmt::join(extra, " "), more);
+  std::vector<std::string> shape;
+  if (nodes == 1) {
+    shape = {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
+             "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0"};
+  } else if (nodes == 2) {
+    shape = {"--cluster.nodes=2", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,1]",
+             "--pipeline.fault_tolerance=1"};
+  } else {
+    shape = {"--cluster.nodes=3", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,2]",
+             "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=1"};
+  }
+  shape.push_back("--checkpoint.dir=" + base + "/ckpt");
+  shape.insert(shape.end(), config.begin(), config.end());
+  for (const auto& a : bw::testing::tiny_train_args(corpus(), base + "/" + who, steps, shape)) {
+    cmd += " '" + a + "'";
+  }
+  return ChildProcess::spawn("/bin/sh",
+                             {"sh", "-c", fmt::format("{} >'{}/{}.log' 2>&1", cmd, base, who)});
+}
+
+// Waits (60 s at most) until a coordinator leads the run `name`.
+void wait_for_a_leader(const EtcdCluster& cluster, const std::string& name) {
+  auto store = client(cluster, name);
+  const auto until = ControlClock::now() + 60s;
+  while (ControlClock::now() < until) {
+    try {
+      if (store->leader(keys::leader(), deadline_in(5s))) return;
+    } catch (const ControlError&) {
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
 // `during(active, standby)` acts on the two coordinators once they run; the test then waits for
 // each process (the standby last: it ends the run when it took over).
 // `nodes` 1: one agent with 2 workers, one pipeline; 2: two agents with 1 worker each, two
@@ -489,42 +533,12 @@ Takeover takeover(const std::string& name, const EtcdCluster& cluster, int steps
   t.base = (fs::path(dir()) / name).string();
   fs::create_directories(t.base);
   bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
-  const std::string control =
-      fmt::format("--control {} --run-id {} {}", cluster.url(), name, fmt::join(extra, " "));
   auto coordinator = [&](const std::string& who, const std::string& more, const std::string& env) {
-    std::string cmd = fmt::format(
-        "exec env {} '{}' coordinator --listen 127.0.0.1:0 --wait-s 60 --log-level info {} {}", env,
-        BW_BINARY, control, more);
-    std::vector<std::string> shape;
-    if (nodes == 1) {
-      shape = {"--cluster.nodes=1", "--cluster.devices_per_node=2", "--pipeline.pipelines=[2]",
-               "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=0"};
-    } else if (nodes == 2) {
-      shape = {"--cluster.nodes=2", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,1]",
-               "--pipeline.fault_tolerance=1"};
-    } else {
-      shape = {"--cluster.nodes=3", "--cluster.devices_per_node=1", "--pipeline.pipelines=[1,2]",
-               "--pipeline.schedule=1f1b", "--pipeline.fault_tolerance=1"};
-    }
-    shape.push_back("--checkpoint.dir=" + t.base + "/ckpt");
-    shape.insert(shape.end(), config.begin(), config.end());
-    for (const auto& a : bw::testing::tiny_train_args(corpus(), t.base + "/" + who, steps, shape)) {
-      cmd += " '" + a + "'";
-    }
-    return ChildProcess::spawn("/bin/sh",
-                               {"sh", "-c", fmt::format("{} >'{}/{}.log' 2>&1", cmd, t.base, who)});
+    return spawn_coordinator(t.base, cluster, name, steps, extra, nodes, config, who, more, env);
   };
   auto active = coordinator("active", "", active_env);
   // The standby once the active leads (else it could lead first).
-  auto store = client(cluster, name);
-  const auto until = ControlClock::now() + 60s;
-  while (ControlClock::now() < until) {
-    try {
-      if (store->leader(keys::leader(), deadline_in(5s))) break;
-    } catch (const ControlError&) {
-    }
-    std::this_thread::sleep_for(20ms);
-  }
+  wait_for_a_leader(cluster, name);
   auto standby = coordinator("standby", "--standby", "");
   std::vector<ChildProcess> agents;
   for (int i = 0; i < nodes; ++i) {
@@ -848,6 +862,44 @@ TEST(Takeover, KilledWhileItCommittedACheckpointTheNextOneIsCommittedAndNoneIsPa
     EXPECT_EQ(info.step, steps) << at;
     EXPECT_NO_THROW(runtime::load_checkpoint(at)) << at;
   }
+}
+
+// A standby that starts while the leader stages a checkpoint in their shared checkpoint.dir
+// leaves it alone: it is the leader's checkpoint in progress, not a leftover of an interrupted run
+// (a standby that removed it failed that checkpoint's commit, "shard ... is missing but was
+// reported durable"). The partial checkpoint of a run that ended is still removed by the next
+// coordinator that leads.
+TEST(Takeover, AStandbyLeavesTheLeadersCheckpointInProgressAlone) {
+  BW_REQUIRE_ETCD();
+  EtcdCluster cluster(3, dir());
+  const std::string name = "standby-staging";
+  const auto base = (fs::path(dir()) / name).string();
+  fs::create_directories(base);
+  bw::testing::ScopedEnv token("BW_RUN_TOKEN", "leadership-test");
+  const auto root = base + "/ckpt";
+  auto left = [&](int steps) {  // a staging directory with one shard file
+    const fs::path staging = runtime::staging_dir(runtime::checkpoint_dir(root, steps));
+    fs::create_directories(staging);
+    std::ofstream((staging / "shard-0.model.safetensors").string()) << "bytes";
+    return staging / "shard-0.model.safetensors";
+  };
+  const auto leftover = left(1);  // before any coordinator: an interrupted run's
+  auto active = spawn_coordinator(base, cluster, name, kSteps, {}, 1, {}, "active", "", "");
+  wait_for_a_leader(cluster, name);
+  const auto in_progress = left(2);  // the leader's, while it leads
+  auto standby = spawn_coordinator(base, cluster, name, kSteps, {}, 1, {}, "standby", "--standby",
+                                   "");
+  const auto until = ControlClock::now() + 60s;
+  while (ControlClock::now() < until && !standby.poll() &&
+         read_or_empty(base + "/standby.log").find("standing by") == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto standby_log = read_or_empty(base + "/standby.log");
+  standby.kill();
+  active.kill();
+  ASSERT_NE(standby_log.find("standing by"), std::string::npos) << standby_log;
+  EXPECT_FALSE(fs::exists(leftover)) << "the leader removes an interrupted run's leftovers";
+  EXPECT_TRUE(fs::exists(in_progress)) << "the standby removed the leader's checkpoint in progress";
 }
 
 // A worker killed during a takeover: the active coordinator killed right after step 3's commit
