@@ -887,8 +887,8 @@ TEST(Takeover, AStandbyLeavesTheLeadersCheckpointInProgressAlone) {
   auto active = spawn_coordinator(base, cluster, name, kSteps, {}, 1, {}, "active", "", "");
   wait_for_a_leader(cluster, name);
   const auto in_progress = left(2);  // the leader's, while it leads
-  auto standby = spawn_coordinator(base, cluster, name, kSteps, {}, 1, {}, "standby", "--standby",
-                                   "");
+  auto standby =
+      spawn_coordinator(base, cluster, name, kSteps, {}, 1, {}, "standby", "--standby", "");
   const auto until = ControlClock::now() + 60s;
   while (ControlClock::now() < until && !standby.poll() &&
          read_or_empty(base + "/standby.log").find("standing by") == std::string::npos) {
