@@ -105,8 +105,10 @@ FileWriter::~FileWriter() {
 }
 
 void FileWriter::fail(const char* action, int err) const {
-  throw ConfigError(fmt::format("cannot {} {} '{}': {}", action, what_, path_,
-                                std::strerror(err)));
+  const auto message =
+      fmt::format("cannot {} {} '{}': {}", action, what_, path_, std::strerror(err));
+  if (err == ENOSPC || err == EDQUOT) throw DiskFull(message);
+  throw ConfigError(message);
 }
 
 void FileWriter::write(const void* data, size_t bytes) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
+
 namespace bw::io {
 
 inline constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
@@ -41,7 +43,15 @@ std::string read_file(const std::string& path, int64_t max_bytes, std::string_vi
 // reason (e.g. "No space left on device") if the open, any write or the close fails.
 void write_file(const std::string& path, std::string_view text, std::string_view what);
 
+// What FileWriter throws when the file system is full (ENOSPC, EDQUOT): a ConfigError (the user
+// frees space or chooses another path) that a caller able to make room tells from the others.
+class DiskFull : public ConfigError {
+ public:
+  explicit DiskFull(const std::string& what) : ConfigError(what) {}
+};
+
 // A file written through a raw descriptor: every write checked, optional fsync, checked close.
+// A failure is a ConfigError naming the file and the system's reason (DiskFull when full).
 class FileWriter {
  public:
   // Opens `path` for writing (created 0644, then truncated, or appended to when `append`).

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -123,6 +125,49 @@ int remove_earlier_partials(const fs::path& parent, int64_t step) {
     }
   }
   return removed;
+}
+
+// The staging directories of steps after `step` (being written, or left by an interrupted run);
+// returns their steps.
+std::vector<int64_t> remove_later_staging(const fs::path& parent, int64_t step) {
+  std::vector<int64_t> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (step_of(name) > step && ends_with(name, ".tmp")) {
+      remove_dir(e.path());
+      removed.push_back(step_of(name));
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+// Writes checkpoint `info`'s manifest into `staging`. Its shards were durable before, but each
+// worker has one write in flight, which may be the next checkpoint's: on a disk with room for one
+// checkpoint, the next one's shards can take the room this manifest needs. A checkpoint whose
+// every shard is durable is worth more than part of a later one, so on a full disk the staging
+// directories of later steps are removed (with a warning: they will not be committed) and the
+// manifest is written again, twice at most.
+void write_manifest(const fs::path& staging, const CheckpointInfo& info) {
+  const fs::path parent = staging.parent_path().empty() ? fs::path(".") : staging.parent_path();
+  for (int attempt = 0;; ++attempt) {
+    try {
+      write_sidecar((staging / kSidecar).string(), info);
+      return;
+    } catch (const io::DiskFull&) {
+      const auto removed = remove_later_staging(parent, info.step);
+      if ((removed.empty() && attempt == 0) || attempt == 2) throw;
+      if (!removed.empty()) {
+        log(LogLevel::kWarn,
+            "{} is full: removed the partial checkpoint(s) of step(s) {} to commit the one of "
+            "step {}; they will not be committed",
+            parent.string(), fmt::join(removed, ", "), info.step);
+      }
+      // A writer may still hold a removed file open (its space is freed when it closes it).
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
 }
 
 // The published checkpoints under `root` (exactly "checkpoint-" + digits, with a sidecar), oldest
@@ -609,7 +654,7 @@ std::string commit_checkpoint(const std::string& dir, CheckpointInfo info, bool 
     throw ConfigError("BW_KILL_AT_COMMIT=during:<steps> works only when set at process start");
   }
   t_kill_in_manifest = kill_here(KillPhase::kDuring);  // only ever true under the test hook
-  write_sidecar((staging / kSidecar).string(), info);
+  write_manifest(staging, info);
   t_kill_in_manifest = false;
   fault_point("commit:manifest");
   publish(staging, dir);
@@ -636,7 +681,7 @@ void publish_on_host(const std::string& root, const CheckpointInfo& info, const 
   for (const auto& e : fs::directory_iterator(staging, ec)) {
     if (!mine.count(e.path().filename().string())) remove_dir(e.path());
   }
-  write_sidecar((staging / kSidecar).string(), info);
+  write_manifest(staging, info);
   publish(staging, dir);
 }
 

@@ -5,10 +5,14 @@
 // killed at any point leaves the old checkpoint or the new one, never a mix.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -69,8 +73,9 @@ CheckpointInfo info_at(int step) {
   return info;
 }
 
-// Two shards (layers {0} and {1, 2}) of value v saved through sinks and committed as `dir`.
-std::string save_and_commit(const std::string& dir, float v, int step, bool async = true) {
+// Two shards (layers {0} and {1, 2}) of value v saved through sinks, durable in
+// staging_dir(dir); the manifest they make.
+CheckpointInfo save_shards(const std::string& dir, float v, int step, bool async = true) {
   CheckpointInfo info = info_at(step);
   for (int shard = 0; shard < 2; ++shard) {
     auto sink = make_directory_sink({async, "host-" + std::to_string(shard), milliseconds(0)});
@@ -88,7 +93,12 @@ std::string save_and_commit(const std::string& dir, float v, int step, bool asyn
       for (const auto& [name, digest] : d.digests) info.files[name] = digest;
     }
   }
-  return commit_checkpoint(dir, info);
+  return info;
+}
+
+// The same, committed as `dir`.
+std::string save_and_commit(const std::string& dir, float v, int step, bool async = true) {
+  return commit_checkpoint(dir, save_shards(dir, v, step, async));
 }
 
 // The one value of every tensor of a loaded checkpoint (fails the test on a mix).
@@ -299,6 +309,55 @@ TEST(ShardedCheckpoint, KilledAtAnyPointOfTheCommitLeavesTheOldOrTheNewWhole) {
   }
   EXPECT_GT(old_seen, 0);
   EXPECT_GT(new_seen, 0);
+}
+
+// A full disk at a commit: checkpoint 1's shards are durable and its commit comes next, but the
+// next checkpoint's shards (each worker's one write in flight) filled the disk, so its manifest
+// has no room. The commit removes that later staging directory and commits checkpoint 1, which
+// loads whole. A child in its own mount namespace runs it on a 256 KiB tmpfs; its exit status
+// says which check failed.
+TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsThatOne) {
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "skipped: `unshare -m` (a private mount namespace) is not permitted here";
+  }
+  const auto root = scratch("disk_full");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(90);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(91);
+    if (::mount("tmpfs", root.c_str(), "tmpfs", 0, "size=256k") != 0) ::_exit(92);
+    int code = 0;
+    try {
+      const auto dir = checkpoint_dir(root, 1);
+      const auto info = save_shards(dir, 1.0f, 1, /*async=*/false);
+      // The next checkpoint's shard, written until the disk is full.
+      const auto next = fs::path(staging_dir(checkpoint_dir(root, 2)));
+      fs::create_directories(next);
+      std::ofstream out(next / "shard-0.model.safetensors", std::ios::binary);
+      const std::string block(4096, 'x');
+      for (int i = 0; i < 1024 && out.write(block.data(), block.size()) && out.flush(); ++i) {
+      }
+      if (out.good()) code = 93;  // the disk never filled
+      out.close();
+      if (code == 0) {
+        const auto sidecar = commit_checkpoint(dir, info);
+        if (fs::exists(next)) code = 94;
+        const float v = loaded_value(load_checkpoint(sidecar));
+        if (v != 1.0f) code = 95;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      code = 96;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "90-92: no private tmpfs; 93: the disk never filled; 94: the later staging directory "
+         "stayed; 95: checkpoint 1 does not load as saved; 96: the commit failed (its error above)";
 }
 
 }  // namespace
