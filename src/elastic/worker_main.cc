@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -668,14 +669,21 @@ int run_worker_process(const WorkerArgs& args) {
         for (int l : cx.state->layers()) stopped.ranges[l] = cx.state->held_range(l);
         report_stopped = [&, text = encode_stopped(stopped)](c10d::Store& store) {
           set_string(store, keys::stopped(g, args.worker), text);
+          // Test hook: BW_DELAY_AFTER_STOPPED_MS=<ms> sleeps between the report and its count,
+          // so that a coordinator killed on the report dies in between (leadership_test.cc).
+          if (const char* v = std::getenv("BW_DELAY_AFTER_STOPPED_MS")) {
+            std::this_thread::sleep_for(milliseconds(std::atoi(v)));
+          }
           store.add(keys::num_stopped(g), 1);
         };
-        report_stopped(*cx.store);
       }
       const auto next_key = keys::next(g);
       // A coordinator that takes the run over meanwhile re-forms the generation from the reports
-      // in its own store: this one is sent again there (failover_store.h).
+      // in its own store: this one is sent again there (failover_store.h). Set before the report
+      // is made: a failover inside it (the report reached the old store, its count did not)
+      // sends the whole report to the new store, not only the call that failed.
       const ResendOnFailover resend(cx.store.get(), report_stopped);
+      if (report_stopped) report_stopped(*cx.store);
       const Next next = decode_next(await(*cx.store, next_key, "the next plan"), next_key);
       if (!next.shutdown) {
         g = next.generation;

@@ -768,6 +768,16 @@ TEST(Takeover, KilledWithTheSurvivorsReportsInItsStoreTheyAreSentAgain) {
   taken_over_in_a_recovery("resent", "BW_KILL_AT_STATE=2:before");
 }
 
+// The same, killed between the survivor's report (in its store) and the count after it: the
+// worker's call that fails over is the count, so the report itself must be sent again to the new
+// store, or the standby waits for it in vain ("worker 0 did not stop"). The workers sleep between
+// the two (BW_DELAY_AFTER_STOPPED_MS) so that the coordinator, killed on the report, dies there.
+TEST(Takeover, KilledBetweenASurvivorsReportAndItsCountTheReportIsSentAgain) {
+  BW_REQUIRE_ETCD();
+  bw::testing::ScopedEnv delay("BW_DELAY_AFTER_STOPPED_MS", "700");
+  taken_over_in_a_recovery("resent-count", "BW_KILL_AT_STATE=2:before");
+}
+
 // The README's demo, `breakwater train --elastic.control=etcd --elastic.standbys=1`
 // (standby_launch.h): its own 3-member etcd, an active coordinator, a standby and the agents, as
 // separate processes. The active one is killed by elastic.inject `kill` (kill_coordinator:...);
