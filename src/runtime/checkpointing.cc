@@ -146,16 +146,19 @@ std::vector<int64_t> remove_later_staging(const fs::path& parent, int64_t step) 
 // Writes checkpoint `info`'s manifest into `staging`. Its shards were durable before, but each
 // worker has one write in flight, which may be the next checkpoint's: on a disk with room for one
 // checkpoint, the next one's shards can take the room this manifest needs. A checkpoint whose
-// every shard is durable is worth more than part of a later one, so on a full disk the staging
-// directories of later steps are removed (with a warning: they will not be committed) and the
-// manifest is written again, twice at most.
-void write_manifest(const fs::path& staging, const CheckpointInfo& info) {
+// every shard is durable is worth more than part of a later one, so with `make_room`, on a full
+// disk, the staging directories of later steps are removed (with a warning: they will not be
+// committed) and the manifest is written again, twice at most. Only where the later commit checks
+// its shard files itself (commit_checkpoint with the files here): where it trusts the workers'
+// acknowledgements (each host's own disk), a removed shard could be committed as missing.
+void write_manifest(const fs::path& staging, const CheckpointInfo& info, bool make_room) {
   const fs::path parent = staging.parent_path().empty() ? fs::path(".") : staging.parent_path();
   for (int attempt = 0;; ++attempt) {
     try {
       write_sidecar((staging / kSidecar).string(), info);
       return;
     } catch (const io::DiskFull&) {
+      if (!make_room) throw;
       const auto removed = remove_later_staging(parent, info.step);
       if ((removed.empty() && attempt == 0) || attempt == 2) throw;
       if (!removed.empty()) {
@@ -654,7 +657,7 @@ std::string commit_checkpoint(const std::string& dir, CheckpointInfo info, bool 
     throw ConfigError("BW_KILL_AT_COMMIT=during:<steps> works only when set at process start");
   }
   t_kill_in_manifest = kill_here(KillPhase::kDuring);  // only ever true under the test hook
-  write_manifest(staging, info);
+  write_manifest(staging, info, /*make_room=*/files_here);
   t_kill_in_manifest = false;
   fault_point("commit:manifest");
   publish(staging, dir);
@@ -681,7 +684,7 @@ void publish_on_host(const std::string& root, const CheckpointInfo& info, const 
   for (const auto& e : fs::directory_iterator(staging, ec)) {
     if (!mine.count(e.path().filename().string())) remove_dir(e.path());
   }
-  write_manifest(staging, info);
+  write_manifest(staging, info, /*make_room=*/false);
   publish(staging, dir);
 }
 

@@ -75,9 +75,10 @@ std::string shard_file(int shard, const char* kind);
 // with its recorded size (its bytes are not read), writes the manifest (the sidecar) durably and
 // publishes the staging directory as `dir` (see above), then removes the staging leftovers of
 // earlier steps. Returns the sidecar path. ConfigError, publishing nothing, when a shard file is
-// missing or has another size. On a full disk the staging directories of later steps (the next
-// checkpoint's shards, written meanwhile) are removed, with a warning, to make room for the
-// manifest: a checkpoint whose shards are all durable is not lost to a later one's.
+// missing or has another size. With files_here, on a full disk the staging directories of later
+// steps (the next checkpoint's shards, written meanwhile) are removed, with a warning, to make
+// room for the manifest: a checkpoint whose shards are all durable is not lost to a later one's
+// (whose commit then finds its files missing).
 // With files_here = false (shards on each host's own disk, checkpoint.dir not shared) the files are
 // not looked for: the workers' acknowledgements, sent after their fsyncs, are the evidence, and
 // only the manifest is written and published here.

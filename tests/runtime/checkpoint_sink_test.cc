@@ -314,8 +314,9 @@ TEST(ShardedCheckpoint, KilledAtAnyPointOfTheCommitLeavesTheOldOrTheNewWhole) {
 // A full disk at a commit: checkpoint 1's shards are durable and its commit comes next, but the
 // next checkpoint's shards (each worker's one write in flight) filled the disk, so its manifest
 // has no room. The commit removes that later staging directory and commits checkpoint 1, which
-// loads whole. A child in its own mount namespace runs it on a 256 KiB tmpfs; its exit status
-// says which check failed.
+// loads whole. Where the commit does not see the shard files (files_here = false) nothing is
+// removed. A child in its own mount namespace runs it on a 256 KiB tmpfs; its exit status says
+// which check failed.
 TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsThatOne) {
   if (std::system("unshare -m true >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "skipped: `unshare -m` (a private mount namespace) is not permitted here";
@@ -346,6 +347,28 @@ TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsTh
         const float v = loaded_value(load_checkpoint(sidecar));
         if (v != 1.0f) code = 95;
       }
+      // Where the commit does not see the files (each host's own disk, files_here = false), a
+      // later staging directory may hold shards already acknowledged: it stays, and the full disk
+      // is the commit's error.
+      if (code == 0) {
+        const auto later = fs::path(staging_dir(checkpoint_dir(root, 3)));
+        fs::create_directories(later);
+        std::ofstream fill(later / "shard-0.model.safetensors", std::ios::binary);
+        for (int i = 0; i < 1024 && fill.write(block.data(), block.size()) && fill.flush(); ++i) {
+        }
+        fill.close();
+        CheckpointInfo on_hosts = info_at(2);
+        on_hosts.shards = info.shards;
+        on_hosts.files = info.files;
+        bool refused = false;
+        try {
+          commit_checkpoint(checkpoint_dir(root, 2), on_hosts, /*files_here=*/false);
+        } catch (const ConfigError&) {
+          refused = true;
+        }
+        if (!refused) code = 97;
+        if (!fs::exists(later / "shard-0.model.safetensors")) code = 98;
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
       code = 96;
@@ -357,7 +380,9 @@ TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsTh
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0)
       << "90-92: no private tmpfs; 93: the disk never filled; 94: the later staging directory "
-         "stayed; 95: checkpoint 1 does not load as saved; 96: the commit failed (its error above)";
+         "stayed; 95: checkpoint 1 does not load as saved; 96: the commit failed (its error "
+         "above); 97: a commit on a full disk with the files elsewhere did not fail; 98: it "
+         "removed a later staging directory";
 }
 
 }  // namespace
