@@ -684,7 +684,7 @@ void publish_on_host(const std::string& root, const CheckpointInfo& info, const 
   for (const auto& e : fs::directory_iterator(staging, ec)) {
     if (!mine.count(e.path().filename().string())) remove_dir(e.path());
   }
-  write_manifest(staging, info, /*make_room=*/false);
+  write_sidecar((staging / kSidecar).string(), info);  // nothing removed here (write_manifest)
   publish(staging, dir);
 }
 

@@ -330,17 +330,21 @@ TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsTh
     if (::mount("tmpfs", root.c_str(), "tmpfs", 0, "size=256k") != 0) ::_exit(92);
     int code = 0;
     try {
+      // A shard of the checkpoint of `steps` in its staging directory, written until the disk
+      // is full (status 93 if it never fills); its path.
+      auto fill_with_a_shard = [&](int steps) {
+        const auto staging = fs::path(staging_dir(checkpoint_dir(root, steps)));
+        fs::create_directories(staging);
+        std::ofstream out(staging / "shard-0.model.safetensors", std::ios::binary);
+        const std::string block(4096, 'x');
+        for (int i = 0; i < 1024 && out.write(block.data(), block.size()) && out.flush(); ++i) {
+        }
+        if (out.good()) code = 93;
+        return staging / "shard-0.model.safetensors";
+      };
       const auto dir = checkpoint_dir(root, 1);
       const auto info = save_shards(dir, 1.0f, 1, /*async=*/false);
-      // The next checkpoint's shard, written until the disk is full.
-      const auto next = fs::path(staging_dir(checkpoint_dir(root, 2)));
-      fs::create_directories(next);
-      std::ofstream out(next / "shard-0.model.safetensors", std::ios::binary);
-      const std::string block(4096, 'x');
-      for (int i = 0; i < 1024 && out.write(block.data(), block.size()) && out.flush(); ++i) {
-      }
-      if (out.good()) code = 93;  // the disk never filled
-      out.close();
+      const auto next = fs::path(fill_with_a_shard(2)).parent_path();  // the next checkpoint's
       if (code == 0) {
         const auto sidecar = commit_checkpoint(dir, info);
         if (fs::exists(next)) code = 94;
@@ -350,13 +354,8 @@ TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsTh
       // Where the commit does not see the files (each host's own disk, files_here = false), a
       // later staging directory may hold shards already acknowledged: it stays, and the full disk
       // is the commit's error.
+      const auto later = code == 0 ? fill_with_a_shard(3) : fs::path();
       if (code == 0) {
-        const auto later = fs::path(staging_dir(checkpoint_dir(root, 3)));
-        fs::create_directories(later);
-        std::ofstream fill(later / "shard-0.model.safetensors", std::ios::binary);
-        for (int i = 0; i < 1024 && fill.write(block.data(), block.size()) && fill.flush(); ++i) {
-        }
-        fill.close();
         CheckpointInfo on_hosts = info_at(2);
         on_hosts.shards = info.shards;
         on_hosts.files = info.files;
@@ -367,7 +366,7 @@ TEST(ShardedCheckpoint, ACommitOnADiskFilledByTheNextCheckpointCommitsAndDropsTh
           refused = true;
         }
         if (!refused) code = 97;
-        if (!fs::exists(later / "shard-0.model.safetensors")) code = 98;
+        if (!fs::exists(later)) code = 98;
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
